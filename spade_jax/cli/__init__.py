@@ -1,0 +1,62 @@
+"""`spade-jax` command line. Each command group lives in its own module with `register(subparsers)`.
+
+Modules are imported only for the command being run, so `spade-jax env-run` never imports JAX.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+# command name -> module (relative to spade_jax.cli) that registers it.
+COMMANDS: dict[str, str] = {
+    "sample": "sample",
+    "convert": "model_cmds",
+    "env-run": "env_cmds",
+    "validate-env": "env_cmds",
+    "selfplay": "train_cmds",
+    "warmstart": "train_cmds",
+    "export-hf": "train_cmds",
+    "eval": "eval_cmds",
+    "eval-compare": "eval_cmds",
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """Builds the parser; with `only`, imports just the module that owns that command."""
+    parser = argparse.ArgumentParser(prog="spade-jax", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    modules = sorted(set(COMMANDS.values())) if only is None else [COMMANDS[only]]
+    for name in modules:
+        try:
+            module = importlib.import_module(f"spade_jax.cli.{name}")
+        except ModuleNotFoundError as e:
+            if e.name == f"spade_jax.cli.{name}":
+                continue  # command group not built yet
+            raise
+        module.register(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    first = next((a for a in argv if not a.startswith("-")), None)
+    parser = build_parser(first if first in COMMANDS else None)
+    args = parser.parse_args(argv)
+    if not getattr(args, "func", None):
+        parser.print_help()
+        return 2
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except (FileNotFoundError, ValueError) as e:
+        # Bad input gets one clear line, not a traceback.
+        print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
