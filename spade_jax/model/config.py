@@ -1,0 +1,150 @@
+"""Architecture numbers for the decoder family (llama, qwen2, qwen3), and their HF `config.json` mapping."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+import jax.numpy as jnp
+
+ARCHS = ("llama", "qwen2", "qwen3")
+_HF_ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+_DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+
+
+@dataclass(frozen=True)
+class ModelConfig:
+    """One decoder-only transformer. Field names follow the HF config where one exists."""
+
+    arch: str = "llama"
+    vocab_size: int = 256
+    hidden_size: int = 64
+    intermediate_size: int = 128
+    num_layers: int = 2
+    num_heads: int = 4
+    num_kv_heads: int = 2
+    head_dim: int = 16
+    rope_theta: float = 10000.0
+    rope_scaling: dict[str, Any] | None = None  # HF-style: {"rope_type": "linear" | "llama3" | "yarn", ...}
+    rms_norm_eps: float = 1e-6
+    tie_embeddings: bool = True
+    qkv_bias: bool = False  # qwen2
+    qk_norm: bool = False  # qwen3: RMSNorm over head_dim on q and k
+    max_position_embeddings: int = 8192
+    bos_token_id: int | None = None
+    eos_token_ids: tuple[int, ...] = ()
+    pad_token_id: int | None = None
+    param_dtype: str = "float32"
+    dtype: str = "float32"  # compute dtype; logits are always float32
+    extra: dict[str, Any] = field(default_factory=dict, compare=False)  # unmapped HF keys, kept for export
+
+    def __post_init__(self) -> None:
+        if self.arch not in ARCHS:
+            raise ValueError(f"unknown arch {self.arch!r}; expected one of {ARCHS}")
+        if self.num_heads % self.num_kv_heads:
+            raise ValueError(f"num_heads={self.num_heads} is not a multiple of num_kv_heads={self.num_kv_heads}")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in _DTYPES:
+                raise ValueError(f"{name}={getattr(self, name)!r}; expected one of {sorted(_DTYPES)}")
+
+    @property
+    def jnp_param_dtype(self) -> Any:
+        return _DTYPES[self.param_dtype]
+
+    @property
+    def jnp_dtype(self) -> Any:
+        return _DTYPES[self.dtype]
+
+    def replace(self, **kwargs: Any) -> ModelConfig:
+        return dataclasses.replace(self, **kwargs)
+
+    @property
+    def num_params(self) -> int:
+        """Parameter count (embedding counted once when tied)."""
+        e, f, d = self.hidden_size, self.intermediate_size, self.head_dim
+        attn = e * d * (self.num_heads * 2 + self.num_kv_heads * 2)
+        if self.qkv_bias:
+            attn += d * (self.num_heads + 2 * self.num_kv_heads)
+        if self.qk_norm:
+            attn += 2 * d
+        layer = attn + 3 * e * f + 2 * e
+        head = 0 if self.tie_embeddings else self.vocab_size * e
+        return self.vocab_size * e + self.num_layers * layer + e + head
+
+    @classmethod
+    def from_hf(cls, hf: dict[str, Any], **overrides: Any) -> ModelConfig:
+        """Builds a config from a HF `config.json` dict (llama, qwen2, qwen3 model types)."""
+        model_type = hf.get("model_type", "llama")
+        arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}.get(model_type)
+        if arch is None:
+            raise ValueError(f"unsupported HF model_type {model_type!r}; supported: llama, qwen2, qwen3")
+        heads = hf["num_attention_heads"]
+        eos = hf.get("eos_token_id")
+        eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
+        rope_scaling = hf.get("rope_scaling") or None
+        rope_theta = hf.get("rope_theta")
+        params = hf.get("rope_parameters")  # transformers >= 5 nests rope settings here
+        if isinstance(params, dict):
+            rope_theta = params.get("rope_theta", rope_theta)
+            if params.get("rope_type", "default") != "default":
+                rope_scaling = {k: v for k, v in params.items() if k != "rope_theta"}
+        known = {
+            "model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
+            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
+            "rope_scaling", "rope_parameters", "rms_norm_eps", "tie_word_embeddings", "attention_bias",
+            "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+        }
+        cfg = dict(
+            arch=arch,
+            vocab_size=hf["vocab_size"],
+            hidden_size=hf["hidden_size"],
+            intermediate_size=hf["intermediate_size"],
+            num_layers=hf["num_hidden_layers"],
+            num_heads=heads,
+            num_kv_heads=hf.get("num_key_value_heads") or heads,
+            head_dim=hf.get("head_dim") or hf["hidden_size"] // heads,
+            rope_theta=float(rope_theta if rope_theta is not None else 10000.0),
+            rope_scaling=rope_scaling,
+            rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
+            tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
+            qkv_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
+            qk_norm=arch == "qwen3",
+            max_position_embeddings=hf.get("max_position_embeddings", 8192),
+            bos_token_id=hf.get("bos_token_id"),
+            eos_token_ids=eos_ids,
+            pad_token_id=hf.get("pad_token_id"),
+            extra={k: v for k, v in hf.items() if k not in known},
+        )
+        cfg.update(overrides)
+        return cls(**cfg)
+
+    def to_hf(self) -> dict[str, Any]:
+        """The HF `config.json` dict that `transformers` loads as the same network."""
+        hf: dict[str, Any] = dict(self.extra)
+        eos = list(self.eos_token_ids)
+        hf.update(
+            model_type=self.arch,
+            architectures=[_HF_ARCH[self.arch]],
+            vocab_size=self.vocab_size,
+            hidden_size=self.hidden_size,
+            intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers,
+            num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads,
+            head_dim=self.head_dim,
+            rope_theta=self.rope_theta,
+            rope_scaling=self.rope_scaling,
+            rms_norm_eps=self.rms_norm_eps,
+            tie_word_embeddings=self.tie_embeddings,
+            max_position_embeddings=self.max_position_embeddings,
+            hidden_act="silu",
+            bos_token_id=self.bos_token_id,
+            eos_token_id=eos[0] if len(eos) == 1 else (eos or None),
+            pad_token_id=self.pad_token_id,
+            torch_dtype=self.param_dtype,
+        )
+        if self.arch == "llama":
+            hf["attention_bias"] = self.qkv_bias
+            hf["mlp_bias"] = False
+        return hf

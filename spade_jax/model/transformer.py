@@ -1,0 +1,212 @@
+"""Flax NNX decoder-only transformer for the llama / qwen2 / qwen3 families, with an optional KV cache.
+
+Parameter names mirror the HF modules (`layers[i].attn.q_proj.kernel` <-> `model.layers.i.self_attn.q_proj`),
+so import and export are a rename plus a transpose. Each parameter carries logical axis names in its
+`logical_axes` metadata; `spade_jax.model.sharding` maps them onto a device mesh.
+"""
+
+from __future__ import annotations
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+from flax import nnx
+
+from spade_jax.model.config import ModelConfig
+from spade_jax.model.rope import apply_rope, inv_frequencies
+
+_NEG_INF = -1e30
+
+
+@flax.struct.dataclass
+class KVCache:
+    """Per-layer key/value buffers [B, S, num_kv_heads, head_dim]; slot s holds the token written at s."""
+
+    k: list[jax.Array]
+    v: list[jax.Array]
+
+    @classmethod
+    def zeros(cls, cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
+        dtype = dtype or cfg.jnp_dtype
+        shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
+        return cls(
+            k=[jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
+            v=[jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
+        )
+
+    @property
+    def length(self) -> int:
+        return self.k[0].shape[1]
+
+
+def _linear(cfg: ModelConfig, din: int, dout: int, axes: tuple, rngs: nnx.Rngs, bias: bool = False) -> nnx.Linear:
+    return nnx.Linear(
+        din,
+        dout,
+        use_bias=bias,
+        dtype=cfg.jnp_dtype,
+        param_dtype=cfg.jnp_param_dtype,
+        kernel_init=nnx.initializers.normal(0.02),
+        kernel_metadata={"logical_axes": axes},
+        bias_metadata={"logical_axes": axes[1:]},
+        rngs=rngs,
+    )
+
+
+class RMSNorm(nnx.Module):
+    """x / rms(x) * scale, statistics in float32 (as the HF reference does)."""
+
+    def __init__(self, dim: int, eps: float, cfg: ModelConfig, axis: str = "norm"):
+        self.scale = nnx.Param(jnp.ones((dim,), cfg.jnp_param_dtype), logical_axes=(axis,))
+        self.eps = eps
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        x32 = x.astype(jnp.float32)
+        y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
+        return (y.astype(x.dtype) * self.scale.value.astype(x.dtype)).astype(x.dtype)
+
+
+class Attention(nnx.Module):
+    """Grouped-query attention with RoPE, optional QKV bias (qwen2) and per-head q/k norm (qwen3)."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        e, d = cfg.hidden_size, cfg.head_dim
+        self.cfg = cfg
+        self.q_proj = _linear(cfg, e, cfg.num_heads * d, ("embed", "q_heads"), rngs, cfg.qkv_bias)
+        self.k_proj = _linear(cfg, e, cfg.num_kv_heads * d, ("embed", "kv_heads"), rngs, cfg.qkv_bias)
+        self.v_proj = _linear(cfg, e, cfg.num_kv_heads * d, ("embed", "kv_heads"), rngs, cfg.qkv_bias)
+        self.o_proj = _linear(cfg, cfg.num_heads * d, e, ("q_heads", "embed"), rngs)
+        if cfg.qk_norm:
+            self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg, "head_dim")
+            self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg, "head_dim")
+        self.inv_freq, self.rope_scale = inv_frequencies(d, cfg.rope_theta, cfg.rope_scaling)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        mask: jax.Array,
+        cache_kv: tuple[jax.Array, jax.Array] | None,
+        cache_index: jax.Array | int,
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        cfg = self.cfg
+        b, t, _ = x.shape
+        q = self.q_proj(x).reshape(b, t, cfg.num_heads, cfg.head_dim)
+        k = self.k_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+        v = self.v_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        q = apply_rope(q, positions, self.inv_freq, self.rope_scale)
+        k = apply_rope(k, positions, self.inv_freq, self.rope_scale)
+
+        if cache_kv is not None:
+            ck, cv = cache_kv
+            start = (0, cache_index, 0, 0)
+            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), start)
+            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), start)
+            k, v, new_cache = ck.astype(q.dtype), cv.astype(q.dtype), (ck, cv)
+        else:
+            new_cache = None
+
+        groups = cfg.num_heads // cfg.num_kv_heads
+        q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
+        scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+        scores = scores * (cfg.head_dim**-0.5)
+        scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+        out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, cfg.num_heads * cfg.head_dim)
+        return self.o_proj(out), new_cache
+
+
+class MLP(nnx.Module):
+    """SwiGLU feed-forward: down(silu(gate(x)) * up(x))."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        e, f = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = _linear(cfg, e, f, ("embed", "mlp"), rngs)
+        self.up_proj = _linear(cfg, e, f, ("embed", "mlp"), rngs)
+        self.down_proj = _linear(cfg, f, e, ("mlp", "embed"), rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class Block(nnx.Module):
+    """Pre-norm residual block: attention then MLP."""
+
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+        self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+        self.attn = Attention(cfg, rngs)
+        self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+        self.mlp = MLP(cfg, rngs)
+
+    def __call__(self, x, positions, mask, cache_kv, cache_index):
+        h, new_cache = self.attn(self.input_layernorm(x), positions, mask, cache_kv, cache_index)
+        x = x + h
+        return x + self.mlp(self.post_attention_layernorm(x)), new_cache
+
+
+class Transformer(nnx.Module):
+    """Token ids -> float32 logits, optionally reading and writing a KV cache."""
+
+    def __init__(self, cfg: ModelConfig, *, rngs: nnx.Rngs):
+        self.cfg = cfg
+        self.embed_tokens = nnx.Embed(
+            cfg.vocab_size,
+            cfg.hidden_size,
+            dtype=cfg.jnp_dtype,
+            param_dtype=cfg.jnp_param_dtype,
+            embedding_init=nnx.initializers.normal(0.02),
+            embedding_metadata={"logical_axes": ("vocab", "embed")},
+            rngs=rngs,
+        )
+        self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
+        if not cfg.tie_embeddings:
+            self.lm_head = _linear(cfg, cfg.hidden_size, cfg.vocab_size, ("embed", "vocab"), rngs)
+
+    def __call__(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array | None = None,
+        *,
+        cache: KVCache | None = None,
+        cache_index: jax.Array | int = 0,
+        attn_mask: jax.Array | None = None,
+        return_hidden: bool = False,
+    ) -> tuple[jax.Array, KVCache | None]:
+        """Runs T new tokens per row.
+
+        tokens, positions: int32 [B, T]. With `cache`, the new keys/values are written at slots
+        [cache_index, cache_index + T) of every row and attention spans all S cache slots; without it,
+        attention spans the T tokens. attn_mask: bool [B, T, S] (or [B, T, T]), True = may attend;
+        defaults to causal over slots. Returns (logits float32 [B, T, V] or the final hidden states when
+        return_hidden, the updated cache or None).
+        """
+        b, t = tokens.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32) + cache_index, (b, t))
+        if attn_mask is None:
+            s = cache.length if cache is not None else t
+            q_slot = jnp.arange(t)[:, None] + cache_index
+            attn_mask = jnp.broadcast_to(jnp.arange(s)[None, :] <= q_slot, (b, t, s))
+        x = self.embed_tokens(tokens)
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            cache_kv = (cache.k[i], cache.v[i]) if cache is not None else None
+            x, kv = layer(x, positions, attn_mask, cache_kv, cache_index)
+            if kv is not None:
+                new_k.append(kv[0])
+                new_v.append(kv[1])
+        x = self.norm(x)
+        new_cache = KVCache(k=new_k, v=new_v) if cache is not None else None
+        if return_hidden:
+            return x, new_cache
+        return self.logits(x), new_cache
+
+    def logits(self, hidden: jax.Array) -> jax.Array:
+        """Projects final hidden states [..., E] to float32 logits [..., V]."""
+        if self.cfg.tie_embeddings:
+            w = self.embed_tokens.embedding.value.astype(hidden.dtype)
+            return jnp.einsum("...e,ve->...v", hidden, w, preferred_element_type=jnp.float32)
+        return self.lm_head(hidden).astype(jnp.float32)
