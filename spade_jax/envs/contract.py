@@ -1,0 +1,70 @@
+"""The environment contract as data: prompt-ready text for the designer, skills, kinds, allowed imports.
+
+The text lives in contract.md next to this file; its three example environments are real code that the
+tests run against the gates and the base classes.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from spade_jax.envs.base import KINDS
+
+__all__ = ["ALLOWED_IMPORTS", "CONTRACT_TEXT", "KINDS", "SKILLS", "TOOL_DOMAINS", "contract_examples"]
+
+CONTRACT_PATH = Path(__file__).with_name("contract.md")
+CONTRACT_TEXT: str = CONTRACT_PATH.read_text(encoding="utf-8")
+
+# The nine cognitive skills of the SPADE games setting.
+SKILLS: tuple[str, ...] = (
+    "pattern recognition",
+    "logical deduction",
+    "mathematical reasoning",
+    "spatial reasoning",
+    "strategic planning",
+    "causal inference",
+    "memory recall",
+    "optimization",
+    "language understanding",
+)
+
+# Example tool-use domains (the SKILL of a tool environment; not an exhaustive list).
+TOOL_DOMAINS: tuple[str, ...] = (
+    "file system",
+    "orders database",
+    "calendar",
+    "bank ledger",
+    "travel booking",
+    "inventory",
+    "email",
+)
+
+# Top-level modules generated code may import (plus ALLOWED_OWN_MODULES).
+ALLOWED_IMPORTS: tuple[str, ...] = (
+    "random",
+    "math",
+    "re",
+    "itertools",
+    "collections",
+    "json",
+    "string",
+    "dataclasses",
+    "heapq",
+    "functools",
+    "fractions",
+    "typing",
+    "statistics",
+    "enum",
+    "copy",
+    "__future__",
+)
+ALLOWED_OWN_MODULES: tuple[str, ...] = ("spade_jax.envs.base",)
+
+
+def contract_examples() -> dict[str, str]:
+    """The example environments in the contract text, by kind ("game", "tool", "reasoning")."""
+    out: dict[str, str] = {}
+    for kind, code in re.findall(r"## Example: (\w+)\n\n```python\n(.*?)```", CONTRACT_TEXT, re.S):
+        out[kind] = code
+    return out
