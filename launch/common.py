@@ -1,0 +1,45 @@
+"""Shared pieces of the launchers: the job's command line and running or printing shell commands."""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+
+DEFAULT_PORT = 8476
+
+
+def add_job_args(parser: argparse.ArgumentParser) -> None:
+    """Arguments every launcher passes through to `spade-jax` on each worker."""
+    parser.add_argument("--command", default="selfplay", help="spade-jax subcommand to run (default: selfplay)")
+    parser.add_argument("--preset", default="demo", help="run preset")
+    parser.add_argument("--run-dir", default="runs/job", help="run directory (shared storage on multi-host)")
+    parser.add_argument("--dry-run", action="store_true", help="print the exact commands instead of running them")
+    parser.add_argument("overrides", nargs="*", help="key=value config overrides")
+
+
+def job_command(args: argparse.Namespace) -> list[str]:
+    """The `spade-jax` invocation each process runs."""
+    cmd = ["spade-jax", args.command, "--preset", args.preset, "--run-dir", args.run_dir]
+    if getattr(args, "resume", False):
+        cmd.append("--resume")
+    return cmd + list(args.overrides)
+
+
+def shell_join(cmd: Sequence[str]) -> str:
+    return " ".join(shlex.quote(c) for c in cmd)
+
+
+def execute(commands: list[list[str]], *, dry_run: bool, check: bool = True) -> int:
+    """Prints every command when dry-running, else runs them in order and stops at the first failure."""
+    for cmd in commands:
+        print(shell_join(cmd), flush=True)
+        if dry_run:
+            continue
+        rc = subprocess.run(cmd, check=False).returncode
+        if rc != 0 and check:
+            print(f"error: command failed with exit code {rc}: {shell_join(cmd)}", file=sys.stderr)
+            return rc
+    return 0

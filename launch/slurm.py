@@ -1,0 +1,71 @@
+"""SLURM GPU launcher: writes an sbatch script (one process per node or per GPU) and submits it.
+
+    python -m launch.slurm --nodes 2 --gpus-per-node 8 --per gpu --dry-run -- loop.steps=200
+The first node of the allocation is the JAX coordinator; each task exports SPADE_PROCESS_ID from SLURM_PROCID.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+if __package__ in (None, ""):  # run as a script: make `launch` importable
+    sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
+
+from launch.common import DEFAULT_PORT, add_job_args, execute, job_command, shell_join  # noqa: E402
+
+
+def sbatch_script(args: argparse.Namespace) -> str:
+    tasks_per_node = args.gpus_per_node if args.per == "gpu" else 1
+    gpu_env = "export CUDA_VISIBLE_DEVICES=$SLURM_LOCALID\n" if args.per == "gpu" else ""
+    lines = [
+        "#!/bin/bash",
+        f"#SBATCH --job-name={args.job_name}",
+        f"#SBATCH --nodes={args.nodes}",
+        f"#SBATCH --ntasks-per-node={tasks_per_node}",
+        f"#SBATCH --gpus-per-node={args.gpus_per_node}",
+        f"#SBATCH --time={args.time}",
+        f"#SBATCH --output={args.run_dir}/slurm-%j.out",
+    ]
+    if args.partition:
+        lines.append(f"#SBATCH --partition={args.partition}")
+    body = f"""
+set -euo pipefail
+head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
+export SPADE_COORDINATOR="$head:{args.port}"
+export SPADE_NUM_PROCESSES=$SLURM_NTASKS
+srun --kill-on-bad-exit=1 bash -c '{gpu_env.strip() + "; " if gpu_env else ""}export SPADE_PROCESS_ID=$SLURM_PROCID; \
+{shell_join(job_command(args))}'
+"""
+    return "\n".join(lines) + "\n" + body
+
+
+def build_commands(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
+    script = sbatch_script(args)
+    return script, [["sbatch", str(Path(args.run_dir) / "job.sbatch")]]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=1)
+    parser.add_argument("--gpus-per-node", type=int, default=8)
+    parser.add_argument("--per", choices=("node", "gpu"), default="node", help="one process per node or per GPU")
+    parser.add_argument("--partition", default=None)
+    parser.add_argument("--time", default="24:00:00")
+    parser.add_argument("--job-name", default="spade-jax")
+    parser.add_argument("--port", type=int, default=DEFAULT_PORT)
+    parser.add_argument("--resume", action="store_true")
+    add_job_args(parser)
+    args = parser.parse_args(argv)
+    script, commands = build_commands(args)
+    if args.dry_run:
+        print(script)
+    else:
+        Path(args.run_dir).mkdir(parents=True, exist_ok=True)
+        (Path(args.run_dir) / "job.sbatch").write_text(script)
+    return execute(commands, dry_run=args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
