@@ -191,8 +191,12 @@ class TextEnv:
 
     # Public API ------------------------------------------------------------------------------------
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
-        """Starts a new episode; the same seed always gives the same episode."""
-        self.rng = random.Random(seed)
+        """Starts a new episode; the same seed always gives the same episode.
+
+        The env's generator is seeded with a string derived from `seed`, so a policy that seeds its own
+        `random.Random(seed)` with the same number does not replay the hidden state's draws.
+        """
+        self.rng = random.Random(None if seed is None else f"spade-env:{seed}")
         self.turn = 0
         self.done = False
         self.won = False
@@ -244,9 +248,7 @@ class TextEnv:
         if isinstance(result, str):
             return result, 0.0, False
         if not isinstance(result, tuple | list) or len(result) != 3:
-            raise ContractError(
-                f"{hook}() must return str or (observation, reward, done), got {result!r:.80}"
-            )
+            raise ContractError(f"{hook}() must return str or (observation, reward, done), got {result!r:.80}")
         obs, reward, done = result
         if not isinstance(obs, str):
             raise ContractError(f"{hook}() observation must be str, got {type(obs).__name__}")

@@ -1,0 +1,85 @@
+"""Hand-written seed environments: each is one self-contained source file, exactly as a designer writes it.
+
+They seed the environment memory and form the fixed-environment baseline. The metadata (KIND, SKILL,
+NAME) is read from the source with `ast`, without running it.
+"""
+
+from __future__ import annotations
+
+import ast
+import sys
+import types
+from dataclasses import dataclass
+from pathlib import Path
+
+__all__ = ["SEEDS_DIR", "SeedInfo", "list_seeds", "load_seed_class", "load_seed_source"]
+
+SEEDS_DIR = Path(__file__).resolve().parent
+
+
+@dataclass(frozen=True)
+class SeedInfo:
+    """One seed environment: its name (file stem), kind, skill and source path."""
+
+    name: str
+    kind: str
+    skill: str
+    path: Path
+
+
+def _class_attrs(source: str, filename: str) -> dict[str, str]:
+    tree = ast.parse(source, filename=filename)
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            attrs = {}
+            for stmt in node.body:
+                if (
+                    isinstance(stmt, ast.Assign)
+                    and len(stmt.targets) == 1
+                    and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Constant)
+                    and isinstance(stmt.value.value, str)
+                ):
+                    attrs[stmt.targets[0].id] = stmt.value.value
+            if {"KIND", "SKILL", "NAME"} <= attrs.keys():
+                return attrs
+    raise ValueError(f"seed {filename}: no class with KIND, SKILL and NAME string attributes")
+
+
+def list_seeds() -> list[SeedInfo]:
+    """All seed environments, sorted by name."""
+    out = []
+    for path in sorted(SEEDS_DIR.glob("*.py")):
+        if path.name.startswith("_"):
+            continue
+        attrs = _class_attrs(path.read_text(encoding="utf-8"), path.name)
+        out.append(SeedInfo(name=path.stem, kind=attrs["KIND"], skill=attrs["SKILL"], path=path))
+    return out
+
+
+def load_seed_source(name: str) -> str:
+    """Source text of the seed called `name` (file stem); ValueError naming the known seeds if absent."""
+    path = SEEDS_DIR / f"{name}.py"
+    if name.startswith("_") or not path.is_file():
+        known = ", ".join(s.name for s in list_seeds())
+        raise ValueError(f"unknown seed environment {name!r}; known: {known}")
+    return path.read_text(encoding="utf-8")
+
+
+def load_seed_class(name: str) -> type:
+    """The environment class of a seed, executed in-process (trusted code: seeds only, never generated code)."""
+    from spade_jax.envs.base import TextEnv
+
+    source = load_seed_source(name)
+    module = types.ModuleType(f"spade_jax_seed_{name}")
+    module.__file__ = str(SEEDS_DIR / f"{name}.py")
+    sys.modules[module.__name__] = module  # dataclasses and pickling look classes up by module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
+    classes = [
+        v
+        for v in module.__dict__.values()
+        if isinstance(v, type) and issubclass(v, TextEnv) and v.__module__ == module.__name__
+    ]
+    if len(classes) != 1:
+        raise ValueError(f"seed {name}: expected one environment class, found {len(classes)}")
+    return classes[0]
