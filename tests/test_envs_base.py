@@ -241,6 +241,20 @@ def test_tool_dispatch_errors_and_answer():
     assert (reward, term, info["won"]) == (1.0, True, True) and info["turn"] == 11
 
 
+def test_random_action_accepts_an_int_seed():
+    class Coin(GameEnv):
+        def setup(self):
+            return "Call heads or tails, e.g. \\boxed{heads}."
+
+        def random_action(self, rng):
+            return self.boxed(rng.choice(["heads", "tails"]) + str(rng.randint(0, 10**9)))
+
+    env = Coin()
+    env.reset(seed=0)
+    assert env.random_action(5) == env.random_action(random.Random(5)) != env.random_action(6)
+    assert Shop().random_action(3) == Shop().random_action(random.Random(3))  # the ToolEnv default too
+
+
 def test_tool_answer_wrong_loses():
     env = Shop()
     env.reset(seed=2)

@@ -97,6 +97,7 @@ def test_random_actions_are_well_formed(name):
     cls = load_seed_class(name)
     env = cls()
     env.reset(seed=3)
+    assert env.random_action(7) == env.random_action(random.Random(7))  # an int seed works too (RPC)
     rng = random.Random(7)
     for _ in range(20):
         action = env.random_action(rng)

@@ -7,6 +7,7 @@ generated code only writes the hidden state, the rules and the win check.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import json
 import math
@@ -162,12 +163,26 @@ class TextEnv:
 
     Subclasses usually derive from GameEnv, ToolEnv or ReasoningEnv and fill in `setup()` plus a
     kind-specific hook. Use `self.rng` (seeded by reset) for ALL randomness so episodes are deterministic.
-    Optional methods: `hint() -> str`, `reference_action() -> str`, `random_action(rng) -> str`.
+    Optional methods: `hint() -> str`, `reference_action() -> str`, `random_action(rng) -> str` (rng is a
+    `random.Random`; callers may pass an int seed instead, the base converts it).
     """
 
     KIND: str = "game"
     SKILL: str = ""
     NAME: str = ""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """Lets every `random_action` accept a `random.Random` or a plain int seed (e.g. sent over RPC)."""
+        super().__init_subclass__(**kwargs)
+        fn = cls.__dict__.get("random_action")
+        if callable(fn) and not getattr(fn, "accepts_int_seed", False):
+
+            @functools.wraps(fn)
+            def random_action(self, rng: random.Random | int | None = None) -> str:
+                return fn(self, rng if isinstance(rng, random.Random) else random.Random(rng))
+
+            random_action.accepts_int_seed = True
+            cls.random_action = random_action
 
     def __init__(self, max_turns: int = 25, **kwargs: Any) -> None:
         self.max_turns = int(max_turns)
