@@ -116,6 +116,12 @@ def test_deterministic_and_seed_dependent(name):
         rng = random.Random(11)
         runs.append(play(cls(), 5, lambda e, rng=rng: e.random_action(rng))[0])
     assert runs[0] == runs[1]
+
+    def peeking(e, rng=random.Random(11)):  # hint/reference/random_action must not disturb the episode
+        e.hint(), e.reference_action(), e.random_action(99)
+        return e.random_action(rng)
+
+    assert play(cls(), 5, peeking)[0] == runs[0]
     episodes = {str(play(cls(), s, lambda e: e.reference_action())[0]) for s in range(6)}
     assert len(episodes) > 1, "hidden state does not depend on the seed"
 
