@@ -1,0 +1,109 @@
+"""The self-play output for the learner: designer samples and agent samples, plain python/numpy, grouped.
+
+Every sample is (prompt ids, completion ids, completion mask, sampler log-probs per completion token, reward,
+group id, role). The mask is 1 exactly on tokens the policy generated; agent completions interleave the
+environment's observations (mask 0). Groups are what advantages are centred within: the K plays of one
+environment in one condition for the agent, the designs of one skill in one step for the designer (as in
+the reference, which centres designer rewards per skill).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+__all__ = ["ROLES", "SelfPlayBatch", "SelfPlaySample"]
+
+ROLES = ("agent", "designer")  # index = role id used by spade_jax.rl (0 agent, 1 designer)
+
+
+@dataclass
+class SelfPlaySample:
+    """One trajectory of one role."""
+
+    role: str
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    completion_mask: list[int]
+    logprobs: list[float]
+    reward: float
+    group_id: str
+    raw_logprobs: list[float] | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.role not in ROLES:
+            raise ValueError(f"role must be one of {ROLES}, got {self.role!r}")
+        n = len(self.completion_ids)
+        if len(self.completion_mask) != n or len(self.logprobs) != n:
+            raise ValueError(
+                f"{self.role} sample: {n} completion tokens but {len(self.completion_mask)} mask entries and "
+                f"{len(self.logprobs)} log-probs"
+            )
+
+    @property
+    def role_id(self) -> int:
+        return ROLES.index(self.role)
+
+    @property
+    def token_ids(self) -> np.ndarray:
+        """Prompt and completion as one int32 array."""
+        return np.asarray([*self.prompt_ids, *self.completion_ids], np.int32)
+
+    @property
+    def loss_mask(self) -> np.ndarray:
+        """int8 mask over `token_ids`: 0 on the prompt, then the completion mask."""
+        return np.asarray([0] * len(self.prompt_ids) + list(self.completion_mask), np.int8)
+
+    @property
+    def token_logprobs(self) -> np.ndarray:
+        """float32 sampler log-probs aligned with `token_ids` (0 where the mask is 0)."""
+        lp = np.asarray(self.logprobs, np.float32) * np.asarray(self.completion_mask, np.float32)
+        return np.concatenate([np.zeros(len(self.prompt_ids), np.float32), lp])
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+@dataclass
+class SelfPlayBatch:
+    """Samples of both roles for one learner step, plus measurements and counters for logging."""
+
+    samples: list[SelfPlaySample] = field(default_factory=list)
+    stats: dict[str, float] = field(default_factory=dict)
+    envs: list[dict[str, Any]] = field(default_factory=list)
+
+    def by_role(self, role: str) -> list[SelfPlaySample]:
+        return [s for s in self.samples if s.role == role]
+
+    @property
+    def rewards(self) -> np.ndarray:
+        return np.asarray([s.reward for s in self.samples], np.float32)
+
+    @property
+    def group_ids(self) -> list[str]:
+        return [s.group_id for s in self.samples]
+
+    @property
+    def role_ids(self) -> np.ndarray:
+        return np.asarray([s.role_id for s in self.samples], np.int32)
+
+    def groups(self) -> dict[str, list[int]]:
+        """Sample indices per group id."""
+        out: dict[str, list[int]] = defaultdict(list)
+        for i, s in enumerate(self.samples):
+            out[s.group_id].append(i)
+        return dict(out)
+
+    def extend(self, other: SelfPlayBatch) -> SelfPlayBatch:
+        """Appends another batch (samples, env rows; stats are merged, later values win)."""
+        self.samples += other.samples
+        self.envs += other.envs
+        self.stats.update(other.stats)
+        return self
+
+    def __len__(self) -> int:
+        return len(self.samples)

@@ -1,0 +1,147 @@
+"""Dataclass configs of the self-play half of the cycle (corpus, memory, designer, hints, rollouts, rewards).
+
+Defaults are the paper's (16 + 16 plays, 25 turns, 16K designer / 8K agent tokens, temperature 0.6, hint
+temperature 0.3, 6,000-token grounding documents, archive of 200). `SelfPlayConfig.cpu()` is the small
+preset that runs on a laptop CPU with SmolLM2-135M.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+
+__all__ = [
+    "CorpusConfig",
+    "DesignerConfig",
+    "HintConfig",
+    "MemoryConfig",
+    "RewardConfig",
+    "RolloutConfig",
+    "SelfPlayConfig",
+]
+
+
+@dataclass
+class CorpusConfig:
+    """Grounding documents: `paths` (files or globs of .jsonl/.parquet/.arrayrecord) or None = embedded corpus."""
+
+    paths: tuple[str, ...] | None = None
+    text_field: str = "text"
+    id_field: str = "id"
+    seed: int = 42
+    max_doc_tokens: int = 6000
+    min_doc_chars: int = 200
+
+
+@dataclass
+class MemoryConfig:
+    """Environment archive: size bound and exemplar selection (DESIGN.md)."""
+
+    capacity: int = 200
+    n_positive: int = 2
+    n_negative: int = 1
+    positive_band: tuple[float, float] = (0.15, 0.85)
+    negative_low: float = 0.1
+    negative_high: float = 0.9
+    exemplar_max_chars: int = 4000
+    seed_from_library: bool = True
+    max_invalid_rows: int = 5000
+    seed: int = 0
+
+
+@dataclass
+class DesignerConfig:
+    """Designer generation: budget, sampling, repair attempts."""
+
+    max_new_tokens: int = 16384
+    temperature: float = 0.6
+    top_p: float = 1.0
+    max_repairs: int = 1
+    context_len: int = 32768
+    min_doc_tokens: int = 256
+    use_corpus: bool = True
+    use_memory: bool = True
+    train_on_repairs: bool = True
+
+
+@dataclass
+class HintConfig:
+    """Where hints come from: 'env' (hint() only), 'model' (written from the source), 'env_or_model'."""
+
+    source: str = "env_or_model"
+    temperature: float = 0.3
+    max_new_tokens: int = 256
+    max_words: int = 100
+    max_sentences: int = 3
+    template: str = "{observation}\n\nHINT: {hint}"
+
+
+@dataclass
+class RolloutConfig:
+    """Agent episodes: turns, token budgets, sampling, failure handling."""
+
+    max_turns: int = 25
+    max_episode_tokens: int = 8192
+    max_new_tokens_per_turn: int = 2048
+    min_turn_tokens: int = 16
+    temperature: float = 0.6
+    top_p: float = 1.0
+    step_timeout_reward: float = -0.5
+    max_consecutive_format_errors: int | None = None
+    system_prompt: str | None = None
+    tool_stop_strings: tuple[str, ...] = ("</tool_call>", "</answer>")
+
+
+@dataclass
+class RewardConfig:
+    """Designer reward: 'blend' (paper), 'regret', 'solve_band' or 'learning_progress'."""
+
+    kind: str = "blend"
+    regret_weight: float = 0.4
+    plateau_weight: float = 0.6
+    regret_scale: float = 0.15
+    plateau_lo: float = 0.4
+    plateau_hi: float = 0.6
+    plateau_ramp: float = 0.25
+    lp_gamma_fast: float = 0.99
+    lp_gamma_slow: float = 0.95
+    min_plays_fraction: float = 0.5
+    timeout_reward: float = -0.5
+
+
+@dataclass
+class SelfPlayConfig:
+    """Everything the self-play half needs; `plays_per_condition` = K hinted and K unhinted plays per env."""
+
+    plays_per_condition: int = 16
+    envs_per_step: int = 24
+    kinds: tuple[str, ...] = ("game",)
+    skills: tuple[str, ...] | None = None
+    train_agent_on_hinted: bool = False
+    regen_interval: int = 4
+    designer_train_start: int = 4
+    fill_from_archive: bool = True
+    seed: int = 0
+    corpus: CorpusConfig = field(default_factory=CorpusConfig)
+    memory: MemoryConfig = field(default_factory=MemoryConfig)
+    designer: DesignerConfig = field(default_factory=DesignerConfig)
+    hints: HintConfig = field(default_factory=HintConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+
+    @classmethod
+    def cpu(cls) -> SelfPlayConfig:
+        """Small preset for a CPU and SmolLM2-135M: few plays, short budgets."""
+        return cls(
+            plays_per_condition=4,
+            envs_per_step=2,
+            corpus=CorpusConfig(max_doc_tokens=512),
+            memory=MemoryConfig(n_positive=1, n_negative=1, exemplar_max_chars=2500),
+            designer=DesignerConfig(max_new_tokens=768, context_len=4096, max_repairs=1),
+            hints=HintConfig(max_new_tokens=96),
+            rollout=RolloutConfig(max_turns=6, max_episode_tokens=2048, max_new_tokens_per_turn=96),
+        )
+
+    def replace(self, **changes) -> SelfPlayConfig:
+        """Copy with top-level fields changed."""
+        return dataclasses.replace(self, **changes)

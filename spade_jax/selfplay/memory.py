@@ -1,0 +1,346 @@
+"""Environment memory: a SQLite archive in the run directory, exemplar selection, novelty, bounded size.
+
+Every designer attempt is a row (valid or not, with its gate verdict). Valid environments form the ARCHIVE,
+bounded to `capacity`; eviction rule: when an add pushes the archive over capacity, the entry made at the
+earliest step leaves first (ties: the one added first), so the archive is a FIFO window over the run. Evicted
+rows stay in the table with status 'evicted' (history is kept) but are no longer exemplars or novelty targets.
+
+Exemplars (DESIGN.md): positives have an unhinted win rate in [0.15, 0.85], ranked by regret, and n are
+sampled from the top max(3n, 10); negatives have a win rate > 0.9 or < 0.1. Entries of the target skill are
+preferred; seeds not yet measured fill in for missing positives at the start of a run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, fields
+from pathlib import Path
+
+from spade_jax.envs.novelty import NoveltyIndex, NoveltyResult
+from spade_jax.selfplay.config import MemoryConfig
+
+__all__ = ["EnvRecord", "Memory"]
+
+_COLUMNS = """
+    id TEXT PRIMARY KEY,
+    code TEXT NOT NULL,
+    kind TEXT NOT NULL DEFAULT '',
+    skill TEXT NOT NULL DEFAULT '',
+    name TEXT NOT NULL DEFAULT '',
+    origin TEXT NOT NULL DEFAULT 'designer',
+    status TEXT NOT NULL DEFAULT 'valid',
+    doc_id TEXT,
+    parent_id TEXT,
+    attempt INTEGER NOT NULL DEFAULT 0,
+    verdict_valid INTEGER NOT NULL DEFAULT 0,
+    verdict_gate TEXT,
+    verdict_reason TEXT,
+    win_rate_hint REAL,
+    win_rate_no_hint REAL,
+    return_hint REAL,
+    return_no_hint REAL,
+    regret REAL,
+    designer_reward REAL,
+    step INTEGER NOT NULL DEFAULT 0,
+    plays INTEGER NOT NULL DEFAULT 0,
+    created REAL NOT NULL DEFAULT 0
+"""
+_MUTABLE = ("status", "win_rate_hint", "win_rate_no_hint", "return_hint", "return_no_hint", "regret",
+            "designer_reward", "plays")  # fmt: skip
+
+
+@dataclass
+class EnvRecord:
+    """One row of the archive (see the table columns)."""
+
+    id: str
+    code: str
+    kind: str = ""
+    skill: str = ""
+    name: str = ""
+    origin: str = "designer"
+    status: str = "valid"
+    doc_id: str | None = None
+    parent_id: str | None = None
+    attempt: int = 0
+    verdict_valid: bool = False
+    verdict_gate: str | None = None
+    verdict_reason: str | None = None
+    win_rate_hint: float | None = None
+    win_rate_no_hint: float | None = None
+    return_hint: float | None = None
+    return_no_hint: float | None = None
+    regret: float | None = None
+    designer_reward: float | None = None
+    step: int = 0
+    plays: int = 0
+    created: float = 0.0
+
+    @property
+    def measured(self) -> bool:
+        """True once the agent has played it (win rates known)."""
+        return self.win_rate_no_hint is not None
+
+
+_FIELDS = [f.name for f in fields(EnvRecord)]
+
+
+def env_id(code: str, step: int, attempt: int = 0) -> str:
+    """Stable id of an environment: step, attempt and a content hash."""
+    digest = hashlib.sha1(code.encode("utf-8", errors="replace")).hexdigest()[:10]
+    return f"s{step}-a{attempt}-{digest}"
+
+
+class Memory:
+    """The archive (SQLite file `path`, or ':memory:'), thread-safe."""
+
+    def __init__(self, path: str | Path = ":memory:", config: MemoryConfig = MemoryConfig()):
+        self.config = config
+        self.path = str(path)
+        if self.path != ":memory:":
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        self._db = sqlite3.connect(self.path, check_same_thread=False)
+        self._db.row_factory = sqlite3.Row
+        self._lock = threading.RLock()
+        with self._lock, self._db:
+            self._db.execute(f"CREATE TABLE IF NOT EXISTS envs ({_COLUMNS})")
+            self._db.execute("CREATE INDEX IF NOT EXISTS envs_status ON envs(status)")
+        self.rng = random.Random(config.seed)
+        self.novelty = NoveltyIndex()
+        for rec in self.archive():
+            self.novelty.add(rec.id, rec.code)
+
+    # ------------------------------------------------------------------------------------ writing
+    def add(self, record: EnvRecord) -> EnvRecord:
+        """Inserts (or replaces) a row; a valid one joins the archive and may evict the oldest entry."""
+        record.created = record.created or time.time()
+        record.status = record.status if record.status != "valid" or record.verdict_valid else "invalid"
+        values = [getattr(record, f) for f in _FIELDS]
+        with self._lock, self._db:
+            self._db.execute(
+                f"INSERT OR REPLACE INTO envs ({', '.join(_FIELDS)}) VALUES ({', '.join('?' * len(_FIELDS))})",
+                [int(v) if isinstance(v, bool) else v for v in values],
+            )
+            if record.status == "valid":
+                self.novelty.add(record.id, record.code)
+                self._evict()
+            else:
+                self._trim_invalid()
+        return record
+
+    def record_attempt(
+        self,
+        code: str,
+        *,
+        kind: str,
+        skill: str,
+        step: int,
+        valid: bool,
+        gate: str | None = None,
+        reason: str | None = None,
+        doc_id: str | None = None,
+        parent_id: str | None = None,
+        attempt: int = 0,
+        name: str = "",
+        origin: str = "designer",
+    ) -> EnvRecord:
+        """Records one designer attempt with its gate verdict; returns the stored row."""
+        rid = env_id(code, step, attempt)
+        suffix = 1
+        while self.get(rid) is not None:
+            rid = f"{env_id(code, step, attempt)}-{suffix}"
+            suffix += 1
+        rec = EnvRecord(id=rid, code=code, kind=kind, skill=skill, name=name, origin=origin,
+                        status="valid" if valid else "invalid", doc_id=doc_id, parent_id=parent_id,
+                        attempt=attempt, verdict_valid=valid, verdict_gate=gate, verdict_reason=reason,
+                        step=step)  # fmt: skip
+        return self.add(rec)
+
+    def update_stats(
+        self,
+        env_id: str,
+        *,
+        win_rate_hint: float | None = None,
+        win_rate_no_hint: float | None = None,
+        return_hint: float | None = None,
+        return_no_hint: float | None = None,
+        regret: float | None = None,
+        designer_reward: float | None = None,
+        plays: int = 0,
+    ) -> None:
+        """Stores a measurement of an environment (latest values win) and adds `plays` to its play count."""
+        updates = {k: v for k, v in dict(win_rate_hint=win_rate_hint, win_rate_no_hint=win_rate_no_hint,
+                   return_hint=return_hint, return_no_hint=return_no_hint, regret=regret,
+                   designer_reward=designer_reward).items() if v is not None}  # fmt: skip
+        sets = "".join(f"{k} = ?, " for k in updates)
+        with self._lock, self._db:
+            cur = self._db.execute(
+                f"UPDATE envs SET {sets}plays = plays + ? WHERE id = ?", [*updates.values(), int(plays), env_id]
+            )
+            if cur.rowcount == 0:
+                raise KeyError(f"memory: no environment {env_id!r}")
+
+    def seed_from_library(self, seeds: Iterable | None = None) -> int:
+        """Adds the hand-written seed environments (origin 'seed', step -1) once; returns how many were added."""
+        if seeds is None:
+            from spade_jax.envs.seeds import list_seeds
+
+            seeds = list_seeds()
+        added = 0
+        for info in seeds:
+            rid = f"seed-{info.name}"
+            if self.get(rid) is not None:
+                continue
+            code = Path(info.path).read_text(encoding="utf-8")
+            self.add(EnvRecord(id=rid, code=code, kind=info.kind, skill=info.skill, name=info.name,
+                               origin="seed", status="valid", verdict_valid=True, verdict_gate="seed",
+                               verdict_reason="hand-written seed", step=-1))  # fmt: skip
+            added += 1
+        return added
+
+    def _evict(self) -> None:
+        over = self.count() - self.config.capacity
+        if over <= 0:
+            return
+        rows = self._db.execute(
+            "SELECT id FROM envs WHERE status = 'valid' ORDER BY step ASC, rowid ASC LIMIT ?", (over,)
+        ).fetchall()
+        for row in rows:
+            self._db.execute("UPDATE envs SET status = 'evicted' WHERE id = ?", (row["id"],))
+            self.novelty.remove(row["id"])
+
+    def _trim_invalid(self) -> None:
+        n = self._db.execute("SELECT COUNT(*) FROM envs WHERE status = 'invalid'").fetchone()[0]
+        if n > self.config.max_invalid_rows:
+            self._db.execute(
+                "DELETE FROM envs WHERE id IN (SELECT id FROM envs WHERE status = 'invalid' "
+                "ORDER BY rowid ASC LIMIT ?)",
+                (n - self.config.max_invalid_rows,),
+            )
+
+    # ------------------------------------------------------------------------------------ reading
+    def get(self, env_id: str) -> EnvRecord | None:
+        """The row with this id, or None."""
+        with self._lock:
+            row = self._db.execute("SELECT * FROM envs WHERE id = ?", (env_id,)).fetchone()
+        return None if row is None else self._to_record(row)
+
+    def archive(self, kind: str | None = None, skill: str | None = None) -> list[EnvRecord]:
+        """Valid, non-evicted environments (oldest first), optionally filtered."""
+        sql, args = "SELECT * FROM envs WHERE status = 'valid'", []
+        if kind:
+            sql, args = sql + " AND kind = ?", [*args, kind]
+        if skill:
+            sql, args = sql + " AND skill = ?", [*args, skill]
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY step ASC, rowid ASC", args).fetchall()
+        return [self._to_record(r) for r in rows]
+
+    def attempts(self, step: int | None = None) -> list[EnvRecord]:
+        """All recorded rows (any status), optionally of one step, in insertion order."""
+        sql, args = "SELECT * FROM envs", []
+        if step is not None:
+            sql, args = sql + " WHERE step = ?", [step]
+        with self._lock:
+            rows = self._db.execute(sql + " ORDER BY rowid ASC", args).fetchall()
+        return [self._to_record(r) for r in rows]
+
+    def count(self, status: str = "valid") -> int:
+        """Number of rows with a status ('valid' = archive size, 'invalid', 'evicted')."""
+        with self._lock:
+            return int(self._db.execute("SELECT COUNT(*) FROM envs WHERE status = ?", (status,)).fetchone()[0])
+
+    def archive_sources(self) -> dict[str, str]:
+        """{id: code} of the archive (what the novelty gate compares against)."""
+        return {r.id: r.code for r in self.archive()}
+
+    def check_novelty(self, code: str) -> NoveltyResult:
+        """Novelty of `code` against the archive."""
+        with self._lock:
+            return self.novelty.check(code)
+
+    # ---------------------------------------------------------------------------------- exemplars
+    def positives(self, n: int, *, kind: str | None = None, skill: str | None = None) -> list[EnvRecord]:
+        """n positive exemplars: win rate in the band, ranked by regret, sampled from the top max(3n, 10)."""
+        if n <= 0:
+            return []
+        lo, hi = self.config.positive_band
+        pool = self._prefer(kind, skill, lambda r: r.measured and lo <= r.win_rate_no_hint <= hi)
+        pool.sort(key=lambda r: (-(r.regret or 0.0), r.step))
+        top = pool[: max(3 * n, 10)]
+        chosen = self.rng.sample(top, min(n, len(top)))
+        if len(chosen) < n:  # early in a run: unmeasured seeds stand in as examples of well-formed envs
+            spare = [r for r in self._prefer(kind, skill, lambda r: r.origin == "seed" and not r.measured)]
+            chosen += self.rng.sample(spare, min(n - len(chosen), len(spare)))
+        return chosen
+
+    def negatives(self, n: int, *, kind: str | None = None, skill: str | None = None) -> list[EnvRecord]:
+        """n negative exemplars: win rate > 0.9 (too easy) or < 0.1 (too hard), sampled uniformly."""
+        if n <= 0:
+            return []
+        lo, hi = self.config.negative_low, self.config.negative_high
+        pool = self._prefer(kind, skill, lambda r: r.measured and (r.win_rate_no_hint > hi or r.win_rate_no_hint < lo))
+        return self.rng.sample(pool, min(n, len(pool)))
+
+    def _prefer(self, kind: str | None, skill: str | None, keep) -> list[EnvRecord]:
+        """Matching archive entries of the same kind and skill, else same kind, else any."""
+        entries = [r for r in self.archive() if keep(r)]
+        for narrowed in (
+            [r for r in entries if (not kind or r.kind == kind) and (not skill or r.skill == skill)],
+            [r for r in entries if not kind or r.kind == kind],
+        ):
+            if narrowed:
+                return narrowed
+        return entries
+
+    # -------------------------------------------------------------------------------- checkpoints
+    def get_state(self) -> dict:
+        """JSON-able snapshot (row count, mutable fields of every row, exemplar RNG) for exact resume."""
+        with self._lock:
+            last = self._db.execute("SELECT COALESCE(MAX(rowid), 0) FROM envs").fetchone()[0]
+            rows = self._db.execute(f"SELECT id, {', '.join(_MUTABLE)} FROM envs").fetchall()
+        rng = self.rng.getstate()
+        return {
+            "last_rowid": int(last),
+            "rows": {r["id"]: [r[k] for k in _MUTABLE] for r in rows},
+            "rng": [rng[0], list(rng[1]), rng[2]],
+        }
+
+    def set_state(self, state: dict) -> None:
+        """Rolls the archive back to a snapshot: later rows are deleted, mutable fields restored."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM envs WHERE rowid > ?", (int(state["last_rowid"]),))
+            for rid, values in state["rows"].items():
+                sets = ", ".join(f"{k} = ?" for k in _MUTABLE)
+                self._db.execute(f"UPDATE envs SET {sets} WHERE id = ?", [*values, rid])
+        v, internal, gauss = state["rng"]
+        self.rng.setstate((v, tuple(internal), gauss))
+        self.novelty = NoveltyIndex()
+        for rec in self.archive():
+            self.novelty.add(rec.id, rec.code)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    @staticmethod
+    def _to_record(row: sqlite3.Row) -> EnvRecord:
+        data = {k: row[k] for k in row.keys()}
+        data["verdict_valid"] = bool(data["verdict_valid"])
+        return EnvRecord(**data)
+
+    def summary(self) -> dict:
+        """Counts for logging."""
+        return {"archive": self.count("valid"), "invalid": self.count("invalid"), "evicted": self.count("evicted")}
+
+    def export_jsonl(self, path: str | Path) -> None:
+        """Writes every row as one JSON object per line (for reports)."""
+        with open(path, "w", encoding="utf-8") as f:
+            for rec in self.attempts():
+                f.write(json.dumps({k: getattr(rec, k) for k in _FIELDS}) + "\n")
