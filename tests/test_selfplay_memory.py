@@ -105,7 +105,7 @@ def test_seeded_from_library_and_novelty_rejects_copies():
     # unmeasured seeds stand in as positives at the start of a run
     assert len(mem.positives(2, kind="game")) == 2 and mem.negatives(1) == []
     src = load_seed_source(seeds[0].name)
-    renamed = "# a copy\n" + src.replace("\"\"\"", "\"\"\"Copied. ", 1)
+    renamed = "# a copy\n" + src.replace('"""', '"""Copied. ', 1)
     assert not mem.check_novelty(renamed).novel
 
 
