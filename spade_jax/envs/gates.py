@@ -1,0 +1,435 @@
+"""Validation gates: decides whether generated source is a usable training environment, and says why not.
+
+Order: extract -> static -> load -> reset -> step -> determinism -> termination -> random_play -> hint
+-> novelty. The static gates never run the code; every dynamic gate runs it in a sandboxed HostPool
+session. The first failing gate ends validation with a one-line reason.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+import time
+from collections.abc import Iterable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from spade_jax.envs.extract import ExtractError, extract_source
+from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
+from spade_jax.envs.probes import MALFORMED_ACTIONS, GenericPolicy, guess_kind, noop_action
+from spade_jax.envs.static_checks import StaticConfig, check_static
+
+__all__ = ["GATES", "GateConfig", "Verdict", "validate", "validate_static"]
+
+GATES: tuple[str, ...] = (
+    "extract", "static", "load", "reset", "step", "determinism", "termination", "random_play", "hint", "novelty",
+)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class GateConfig:
+    """Episode counts and limits of the gates; defaults keep one validation at ~1-3 s in gVisor."""
+
+    max_turns: int = 25
+    probe_seed: int = 0
+    determinism_seeds: tuple[int, ...] = (11, 12)
+    determinism_steps: int = 12
+    random_episodes: int = 20
+    random_seed0: int = 1000
+    max_random_win_rate: float = 0.15
+    reference_episodes: int = 2  # reported in details only (reference_action is optional)
+    hint_max_words: int = 100
+    hint_max_chars: int = 800
+    max_obs_chars: int = 20_000
+    time_budget_s: float = 60.0  # dynamic gates together; a slower environment is rejected
+    extract: bool = True  # run the completion parser first (bare source passes through unchanged)
+    static: StaticConfig = field(default_factory=StaticConfig)
+    novelty: NoveltyConfig = field(default_factory=NoveltyConfig)
+
+
+@dataclass
+class Verdict:
+    """Outcome of validation: the gate reached (the failing one, or the last), and a one-line reason."""
+
+    valid: bool
+    gate: str
+    reason: str
+    details: dict = field(default_factory=dict)
+    source: str | None = None  # the extracted source (None when extraction failed)
+
+    def to_dict(self) -> dict:
+        """JSON-able view (without the source)."""
+        out = asdict(self)
+        out.pop("source")
+        return out
+
+    def __str__(self) -> str:
+        return f"{'VALID' if self.valid else 'INVALID'} [{self.gate}] {self.reason}"
+
+
+class _GateFail(Exception):
+    def __init__(self, gate: str, reason: str):
+        super().__init__(reason)
+        self.gate, self.reason = gate, reason
+
+
+def _short(value: Any, n: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= n else text[: n - 3] + "..."
+
+
+def _call_error(what: str, result: Any, timeout_s: float | None) -> str:
+    """One line describing a failed CallResult."""
+    err, msg = getattr(result, "error", None), (getattr(result, "message", "") or "").strip()
+    msg = msg.splitlines()[-1] if msg else ""
+    if err == "timeout":
+        return f"{what} timed out" + (f" after {timeout_s:g} s" if timeout_s else "") + " (infinite loop?)"
+    if err == "memory":
+        return f"{what} exceeded the memory limit"
+    if err == "crashed":
+        return f"{what} crashed the worker" + (f": {msg}" if msg else "")
+    if err == "bad_return":
+        return f"{what} returned a value that is not plain data" + (f": {msg}" if msg else "")
+    if err == "load_error":
+        return f"loading failed: {msg or 'unknown error'}"
+    return f"{what} raised {msg or err or 'an error'}"
+
+
+class _Runner:
+    """Wraps a HostPool session: every call is checked, failures become _GateFail for the current gate."""
+
+    def __init__(self, session: Any, config: GateConfig, timeout_s: float | None, deadline: float):
+        self.s, self.cfg, self.timeout_s, self.deadline = session, config, timeout_s, deadline
+        self.gate = "load"
+        self.calls = 0
+
+    def fail(self, reason: str) -> None:
+        raise _GateFail(self.gate, reason)
+
+    def _value(self, what: str, result: Any) -> Any:
+        self.calls += 1
+        if not getattr(result, "ok", False):
+            self.fail(_call_error(what, result, self.timeout_s))
+        if time.monotonic() > self.deadline:
+            self.fail(f"validation exceeded its {self.cfg.time_budget_s:g} s budget (environment too slow)")
+        return result.value
+
+    def _obs(self, what: str, obs: Any) -> str:
+        if not isinstance(obs, str):
+            self.fail(f"{what} observation must be a str, got {type(obs).__name__}")
+        if len(obs) > self.cfg.max_obs_chars:
+            self.fail(f"{what} observation is {len(obs)} chars (max {self.cfg.max_obs_chars})")
+        return obs
+
+    def reset(self, seed: int) -> tuple[str, dict]:
+        value = self._value(f"reset(seed={seed})", self.s.reset(seed))
+        if not isinstance(value, list | tuple) or len(value) != 2:
+            self.fail(f"reset() must return (observation, info), got {_short(value)}")
+        obs, info = value
+        obs = self._obs("reset()", obs)
+        if not obs.strip():
+            self.fail("reset() returned an empty observation")
+        if not isinstance(info, dict):
+            self.fail(f"reset() info must be a dict, got {type(info).__name__}")
+        return obs, info
+
+    def step(self, action: str) -> tuple[str, float, bool, bool, dict]:
+        what = f"step({_short(action, 40)})"
+        value = self._value(what, self.s.step(action))
+        if not isinstance(value, list | tuple) or len(value) != 5:
+            n = len(value) if isinstance(value, list | tuple) else type(value).__name__
+            self.fail(f"step() must return a 5-tuple (obs, reward, terminated, truncated, info), got {n}")
+        obs, reward, terminated, truncated, info = value
+        self._obs("step()", obs)
+        if isinstance(reward, bool) or not isinstance(reward, int | float):
+            self.fail(f"step() reward must be a float, got {type(reward).__name__} {_short(reward, 30)}")
+        if not math.isfinite(reward):
+            self.fail(f"step() reward is not finite ({reward})")
+        if not -1.0 <= reward <= 1.0:
+            self.fail(f"step() reward {reward:g} is outside [-1, 1]")
+        for name, flag in (("terminated", terminated), ("truncated", truncated)):
+            if not isinstance(flag, bool):
+                self.fail(f"step() {name} must be a bool, got {type(flag).__name__} {_short(flag, 30)}")
+        if not isinstance(info, dict):
+            self.fail(f"step() info must be a dict, got {type(info).__name__}")
+        return obs, float(reward), terminated, truncated, info
+
+    def optional(self, name: str, *args: Any) -> tuple[bool, Any]:
+        """(present, value) of an optional env method; absent methods are not an error."""
+        result = self.s.call(name, *args)
+        if not getattr(result, "ok", False) and _is_missing(result, name):
+            return False, None
+        return True, self._value(f"{name}()", result)
+
+
+def _is_missing(result: Any, name: str) -> bool:
+    text = f"{getattr(result, 'message', '')} {getattr(result, 'traceback', '')}"
+    return getattr(result, "error", None) == "exception" and "AttributeError" in text and name in text
+
+
+@dataclass
+class _Episode:
+    actions: list[str]
+    transcript: list[tuple]
+    steps: int
+    ret: float
+    won: bool
+    ended: bool
+
+
+def _play(run: _Runner, seed: int, policy: str, rng: random.Random, max_steps: int) -> _Episode:
+    """One episode: policy is 'env' (the env's random_action), 'generic', 'noop' or 'repeat'."""
+    obs, info = run.reset(seed)
+    kind = guess_kind(obs, info)
+    generic = GenericPolicy(rng, kind, info.get("tools") if isinstance(info.get("tools"), list) else None)
+    actions, transcript, ret, won, ended = [], [("reset", obs, _canon(info))], 0.0, False, False
+    fixed = None
+    for _ in range(max_steps):
+        generic.observe(obs)
+        if policy == "env":
+            _, action = run.optional("random_action", rng.randrange(2**31))
+            if not isinstance(action, str):
+                run.fail(f"random_action() must return a str, got {type(action).__name__}")
+        elif policy == "noop":
+            action = noop_action(kind)
+        elif policy == "repeat":
+            fixed = fixed or generic.act()
+            action = fixed
+        else:
+            action = generic.act()
+        obs, reward, terminated, truncated, info = run.step(action)
+        actions.append(action)
+        transcript.append((obs, reward, terminated, truncated, _canon(info)))
+        ret += reward
+        if terminated or truncated:
+            won = info.get("won") is True or max(-1.0, min(1.0, ret)) >= 0.999
+            ended = True
+            break
+    return _Episode(actions, transcript, len(actions), ret, won, ended)
+
+
+def _canon(info: dict) -> str:
+    try:
+        return json.dumps(info, sort_keys=True, default=repr)
+    except (TypeError, ValueError):
+        return repr(info)
+
+
+def _replay(run: _Runner, seed: int, actions: list[str]) -> list[tuple]:
+    obs, info = run.reset(seed)
+    transcript = [("reset", obs, _canon(info))]
+    for action in actions:
+        obs, reward, terminated, truncated, info = run.step(action)
+        transcript.append((obs, reward, terminated, truncated, _canon(info)))
+    return transcript
+
+
+def _first_difference(a: list[tuple], b: list[tuple]) -> str:
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x != y:
+            where = "reset()" if i == 0 else f"step {i}"
+            fields = ("obs", "info") if i == 0 else ("obs", "reward", "terminated", "truncated", "info")
+            what = [f for f, u, v in zip(fields, x[1:] if i == 0 else x, y[1:] if i == 0 else y) if u != v]
+            return f"{where} differs in {', '.join(what)}"
+    return f"transcripts have different lengths ({len(a)} vs {len(b)})"
+
+
+# ------------------------------------------------------------------------------------------ gates
+
+
+def _gate_step(run: _Runner, cfg: GateConfig, obs: str, info: dict, details: dict) -> None:
+    kind = guess_kind(obs, info)
+    rng = random.Random(cfg.probe_seed)
+    present, ref = run.optional("reference_action")
+    well_formed = [ref] if present and isinstance(ref, str) else []
+    present_rand, rand_action = run.optional("random_action", 7)
+    if present_rand:
+        if not isinstance(rand_action, str):
+            run.fail(f"random_action() must return a str, got {type(rand_action).__name__}")
+        well_formed.append(rand_action)
+    generic = GenericPolicy(rng, kind, info.get("tools") if isinstance(info.get("tools"), list) else None)
+    generic.observe(obs)
+    well_formed += [generic.act(), generic.act()]
+    details["has_reference_action"], details["has_random_action"] = present, present_rand
+    done = False
+    for action in [*well_formed, *MALFORMED_ACTIONS]:
+        if done:
+            run.reset(cfg.probe_seed)
+        _, _, terminated, truncated, _ = run.step(action)
+        done = terminated or truncated
+    details["probes"] = len(well_formed) + len(MALFORMED_ACTIONS)
+
+
+def _gate_determinism(run: _Runner, cfg: GateConfig, details: dict) -> None:
+    """Plays each seed once (env's random policy first, when it has one), then replays the same actions."""
+    for i, seed in enumerate(cfg.determinism_seeds):
+        policy = "env" if i == 0 and details.get("has_random_action") else "generic"
+        first = _play(run, seed, policy, random.Random(seed), cfg.determinism_steps)
+        again = _replay(run, seed, first.actions)
+        if first.transcript != again:
+            run.fail(f"same seed ({seed}) and actions gave a different transcript: "
+                     f"{_first_difference(first.transcript, again)}")  # fmt: skip
+
+
+def _check_ends(run: _Runner, ep: _Episode, cfg: GateConfig, label: str) -> None:
+    if not ep.ended:
+        run.fail(f"episode of {label} actions did not end within max_turns={cfg.max_turns} steps")
+
+
+def _gate_termination(run: _Runner, cfg: GateConfig, details: dict) -> None:
+    for policy in ("noop", "repeat", "generic"):
+        ep = _play(run, cfg.probe_seed + 1, policy, random.Random(policy), cfg.max_turns)
+        _check_ends(run, ep, cfg, {"noop": "no-op", "repeat": "repeated", "generic": "random"}[policy])
+        details[f"{policy}_episode_steps"] = ep.steps
+
+
+def _gate_random_play(run: _Runner, cfg: GateConfig, details: dict) -> None:
+    policy = "env" if details.get("has_random_action") else "generic"
+    wins, steps = 0, 0
+    for i in range(cfg.random_episodes):
+        seed = cfg.random_seed0 + i
+        ep = _play(run, seed, policy, random.Random(seed), cfg.max_turns)
+        _check_ends(run, ep, cfg, "random")
+        wins, steps = wins + ep.won, steps + ep.steps
+    rate = wins / max(cfg.random_episodes, 1)
+    details.update(random_policy=policy, random_wins=wins, random_episodes=cfg.random_episodes,
+                   random_win_rate=rate, random_steps=steps)  # fmt: skip
+    if rate > cfg.max_random_win_rate:
+        run.fail(f"random play wins {wins}/{cfg.random_episodes} episodes ({rate:.0%} > "
+                 f"{cfg.max_random_win_rate:.0%}): the environment is trivially winnable")  # fmt: skip
+
+
+def _reference_win_rate(run: _Runner, cfg: GateConfig, details: dict) -> None:
+    """Plays reference_action for a few episodes; recorded in details, never a failure."""
+    wins = 0
+    for i in range(cfg.reference_episodes):
+        run.reset(cfg.random_seed0 + 500 + i)
+        for _ in range(cfg.max_turns):
+            _, action = run.optional("reference_action")
+            if not isinstance(action, str):
+                details["reference_error"] = f"reference_action() returned {type(action).__name__}"
+                return
+            *_, terminated, truncated, info = run.step(action)
+            if terminated or truncated:
+                wins += info.get("won") is True
+                break
+    details["reference_win_rate"] = wins / max(cfg.reference_episodes, 1)
+
+
+def _gate_hint(run: _Runner, cfg: GateConfig, details: dict) -> None:
+    run.reset(cfg.probe_seed)
+    result = run.s.hint()
+    present = not (getattr(result, "ok", False) and result.value is None) and not (
+        not getattr(result, "ok", False) and _is_missing(result, "hint")
+    )
+    if not present:
+        details["hint"] = None
+        return
+    hint = run._value("hint()", result)
+    if not isinstance(hint, str):
+        run.fail(f"hint() must return a str, got {type(hint).__name__}")
+    words = len(hint.split())
+    if not hint.strip():
+        run.fail("hint() returned an empty string")
+    if words > cfg.hint_max_words or len(hint) > cfg.hint_max_chars:
+        run.fail(f"hint() is too long ({words} words, {len(hint)} chars; max {cfg.hint_max_words} words)")
+    details["hint"] = hint
+
+
+# ------------------------------------------------------------------------------------- entry points
+
+
+def _as_index(archive: Any, config: NoveltyConfig) -> NoveltyIndex:
+    if isinstance(archive, NoveltyIndex):
+        return archive
+    index = NoveltyIndex(config)
+    items: Iterable = archive.items() if isinstance(archive, Mapping) else enumerate(archive or ())
+    for key, src in items:
+        index.add(str(key) if isinstance(archive, Mapping) else f"archive#{key}", src)
+    return index
+
+
+def validate_static(source: str, *, config: GateConfig = GateConfig()) -> Verdict:
+    """Runs the gates that need no sandbox (extract, static); valid means 'worth running'."""
+    details: dict = {}
+    if config.extract:
+        try:
+            source = extract_source(source)
+        except ExtractError as e:
+            return Verdict(False, "extract", str(e), details)
+    report = check_static(source, config.static)
+    if not report.ok:
+        return Verdict(False, "static", report.reason, details, source)
+    details.update(class_name=report.class_name, base=report.base, **report.details)
+    return Verdict(True, "static", "passed the static checks", details, source)
+
+
+def validate(
+    source: str,
+    pool: Any,
+    *,
+    archive: Mapping[str, str] | Iterable[str] | NoveltyIndex = (),
+    config: GateConfig = GateConfig(),
+) -> Verdict:
+    """Runs every gate on `source` (a bare program or a designer completion) in `pool`; first failure wins."""
+    t0 = time.monotonic()
+    verdict = validate_static(source, config=config)
+    if not verdict.valid:
+        return verdict
+    source, details = verdict.source, verdict.details
+    timings: dict[str, float] = {}
+    details["timings"] = timings
+    timeout_s = getattr(getattr(pool, "sandbox", None), "call_timeout_s", None)
+    session = None
+    run = None
+    try:
+        session = pool.open(source, env_kwargs={"max_turns": config.max_turns})
+        run = _Runner(session, config, timeout_s, time.monotonic() + config.time_budget_s)
+        details["sandbox"] = getattr(session, "level", None) or getattr(pool, "level", None)
+        load = getattr(session, "load_result", None)
+        if load is not None and not getattr(load, "ok", False):
+            raise _GateFail("load", _call_error("loading", load, timeout_s))
+        timings["load"] = time.monotonic() - t0
+        steps: list[tuple[str, Any]] = [
+            ("reset", None),
+            ("step", lambda o, i: _gate_step(run, config, o, i, details)),
+            ("determinism", lambda o, i: _gate_determinism(run, config, details)),
+            ("termination", lambda o, i: _gate_termination(run, config, details)),
+            ("random_play", lambda o, i: _gate_random_play(run, config, details)),
+            ("hint", lambda o, i: _gate_hint(run, config, details)),
+        ]
+        obs, info = "", {}
+        for gate, fn in steps:
+            t = time.monotonic()
+            run.gate = gate
+            if fn is None:
+                obs, info = run.reset(config.probe_seed)
+                details["kind"] = guess_kind(obs, info)
+            else:
+                fn(obs, info)
+            timings[gate] = time.monotonic() - t
+        if details.get("has_reference_action") and config.reference_episodes:
+            run.gate = "hint"
+            _reference_win_rate(run, config, details)
+    except _GateFail as f:
+        details["calls"] = run.calls if run else 0
+        details["seconds"] = time.monotonic() - t0
+        return Verdict(False, f.gate, f.reason, details, source)
+    finally:
+        if session is not None:
+            try:
+                session.close()
+            except Exception:  # a dead worker must not turn a verdict into a crash
+                pass
+    details["calls"] = run.calls
+    t = time.monotonic()
+    result = _as_index(archive, config.novelty).check(source)
+    timings["novelty"] = time.monotonic() - t
+    details["seconds"] = time.monotonic() - t0
+    details["novelty"] = {"nearest": result.nearest, "structure": result.structure_sim, "text": result.text_sim}
+    if not result.novel:
+        return Verdict(False, "novelty", result.reason, details, source)
+    rate = details.get("random_win_rate", 0.0)
+    return Verdict(True, "novelty", f"valid {details.get('kind', 'env')} environment "
+                   f"{details.get('class_name')} (random play wins {rate:.0%})", details, source)  # fmt: skip
