@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import math
 import random
+import re
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -90,10 +91,15 @@ def _call_error(what: str, result: Any, timeout_s: float | None) -> str:
     if err == "crashed":
         return f"{what} crashed the worker" + (f": {msg}" if msg else "")
     if err == "bad_return":
-        return f"{what} returned a value that is not plain data" + (f": {msg}" if msg else "")
+        if "Out of range float" in msg or "non-JSON number" in msg:
+            return f"{what} returned a non-finite number (NaN or infinity)"
+        detail = re.sub(r"^\w+\(\)\s*(?::\s*)?", "", msg)  # the worker's message starts with 'step()'
+        return f"{what} returned bad data: {detail}" if detail else f"{what} returned a value that is not plain data"
+    lines = re.findall(r'File "<environment>", line (\d+)', getattr(result, "traceback", "") or "")
+    where = f" (line {lines[-1]})" if lines else ""
     if err == "load_error":
-        return f"loading failed: {msg or 'unknown error'}"
-    return f"{what} raised {msg or err or 'an error'}"
+        return f"loading failed: {msg or 'unknown error'}{where}"
+    return f"{what} raised {msg or err or 'an error'}{where}"
 
 
 class _Runner:
@@ -103,6 +109,7 @@ class _Runner:
         self.s, self.cfg, self.timeout_s, self.deadline = session, config, timeout_s, deadline
         self.gate = "load"
         self.calls = 0
+        self.methods: set[str] | None = None  # optional methods the env has, when the pool reports them
 
     def fail(self, reason: str) -> None:
         raise _GateFail(self.gate, reason)
@@ -144,10 +151,10 @@ class _Runner:
         self._obs("step()", obs)
         if isinstance(reward, bool) or not isinstance(reward, int | float):
             self.fail(f"step() reward must be a float, got {type(reward).__name__} {_short(reward, 30)}")
-        if not math.isfinite(reward):
+        if isinstance(reward, float) and not math.isfinite(reward):
             self.fail(f"step() reward is not finite ({reward})")
-        if not -1.0 <= reward <= 1.0:
-            self.fail(f"step() reward {reward:g} is outside [-1, 1]")
+        if not -1.0 <= reward <= 1.0:  # ints compare exactly, however large
+            self.fail(f"step() reward {_short(reward, 24)} is outside [-1, 1]")
         for name, flag in (("terminated", terminated), ("truncated", truncated)):
             if not isinstance(flag, bool):
                 self.fail(f"step() {name} must be a bool, got {type(flag).__name__} {_short(flag, 30)}")
@@ -157,6 +164,8 @@ class _Runner:
 
     def optional(self, name: str, *args: Any) -> tuple[bool, Any]:
         """(present, value) of an optional env method; absent methods are not an error."""
+        if self.methods is not None and name not in self.methods:
+            return False, None
         result = self.s.call(name, *args)
         if not getattr(result, "ok", False) and _is_missing(result, name):
             return False, None
@@ -164,8 +173,9 @@ class _Runner:
 
 
 def _is_missing(result: Any, name: str) -> bool:
-    text = f"{getattr(result, 'message', '')} {getattr(result, 'traceback', '')}"
-    return getattr(result, "error", None) == "exception" and "AttributeError" in text and name in text
+    """True when a failed call means 'the env has no such method' (the worker's own message)."""
+    msg = str(getattr(result, "message", "") or "")
+    return getattr(result, "error", None) == "exception" and f"has no method '{name}'" in msg
 
 
 @dataclass
@@ -389,7 +399,11 @@ def validate(
         details["sandbox"] = getattr(session, "level", None) or getattr(pool, "level", None)
         load = getattr(session, "load_result", None)
         if load is not None and not getattr(load, "ok", False):
-            raise _GateFail("load", _call_error("loading", load, timeout_s))
+            load_timeout = getattr(getattr(pool, "sandbox", None), "load_timeout_s", timeout_s)
+            raise _GateFail("load", _call_error("loading", load, load_timeout))
+        facts = getattr(load, "value", None)
+        if isinstance(facts, dict) and isinstance(facts.get("methods"), list):
+            run.methods = set(facts["methods"])
         timings["load"] = time.monotonic() - t0
         steps: list[tuple[str, Any]] = [
             ("reset", None),
@@ -410,8 +424,10 @@ def validate(
                 fn(obs, info)
             timings[gate] = time.monotonic() - t
         if details.get("has_reference_action") and config.reference_episodes:
-            run.gate = "hint"
-            _reference_win_rate(run, config, details)
+            try:
+                _reference_win_rate(run, config, details)
+            except _GateFail as f:  # the reference policy is optional: report, do not reject
+                details["reference_error"] = f.reason
     except _GateFail as f:
         details["calls"] = run.calls if run else 0
         details["seconds"] = time.monotonic() - t0
