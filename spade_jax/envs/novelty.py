@@ -208,7 +208,7 @@ class NoveltyIndex:
         """Novel unless the candidate is identical after canonicalisation or near-duplicates an entry."""
         cand = fingerprint(source, self.config)
         best: tuple[float, str | None, float, float] = (-1.0, None, 0.0, 0.0)
-        for key, fp in self._prints.items():
+        for key, fp in list(self._prints.items()):  # a snapshot: other threads may add entries meanwhile
             if fp.digest == cand.digest:
                 return NoveltyResult(
                     False, f"duplicate of archived env '{key}' (identical after renaming names and literals)",
