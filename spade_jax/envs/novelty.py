@@ -16,7 +16,7 @@ import io
 import re
 import tokenize
 import zlib
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
 __all__ = ["Fingerprint", "NoveltyConfig", "NoveltyIndex", "NoveltyResult", "fingerprint", "is_novel"]
@@ -204,11 +204,14 @@ class NoveltyIndex:
     def __contains__(self, key: object) -> bool:
         return key in self._prints
 
-    def check(self, source: str) -> NoveltyResult:
-        """Novel unless the candidate is identical after canonicalisation or near-duplicates an entry."""
+    def check(self, source: str, exclude: Collection[str] = ()) -> NoveltyResult:
+        """Novel unless the candidate is identical after canonicalisation or near-duplicates an entry
+        (entries whose key is in `exclude` are skipped, e.g. the candidate's own archived copy)."""
         cand = fingerprint(source, self.config)
         best: tuple[float, str | None, float, float] = (-1.0, None, 0.0, 0.0)
         for key, fp in list(self._prints.items()):  # a snapshot: other threads may add entries meanwhile
+            if key in exclude:
+                continue
             if fp.digest == cand.digest:
                 return NoveltyResult(
                     False, f"duplicate of archived env '{key}' (identical after renaming names and literals)",
