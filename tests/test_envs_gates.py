@@ -80,7 +80,8 @@ def test_seed_env_is_accepted(name, pool):
     assert verdict.gate == "novelty"
     d = verdict.details
     assert d["random_win_rate"] <= 0.15
-    assert d["random_episodes"] == GateConfig().random_episodes
+    cfg = GateConfig()
+    assert d["random_episodes"] == cfg.random_episodes + (cfg.generic_episodes if d["has_random_action"] else 0)
     if d.get("has_reference_action"):
         assert d["reference_win_rate"] == 1.0, "the seed's reference policy should win"
     json.dumps(verdict.to_dict())  # plain data all the way down
@@ -147,11 +148,11 @@ def test_time_budget_and_index_archive(pool):
     index.add("maze", SEEDS["grid_maze"])
     dup = validate(SEEDS["grid_maze"], pool, archive=index)
     assert not dup.valid and dup.gate == "novelty" and "'maze'" in dup.reason
-    assert dup.details["random_episodes"] == GateConfig().random_episodes  # every earlier gate ran
+    assert dup.details["random_episodes"] >= GateConfig().random_episodes  # every earlier gate ran
 
 
 @pytest.mark.sandbox
 def test_fewer_turns_still_validates_a_seed(pool):
-    verdict = validate(SEEDS["nim_duel"], pool, config=GateConfig(max_turns=8, random_episodes=6))
+    verdict = validate(SEEDS["nim_duel"], pool, config=GateConfig(max_turns=8, random_episodes=6, generic_episodes=2))
     assert verdict.valid, str(verdict)
-    assert verdict.details["random_episodes"] == 6
+    assert verdict.details["random_episodes"] == 8 and verdict.details["random_policy"] == "env+generic"

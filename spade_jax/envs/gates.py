@@ -38,6 +38,7 @@ class GateConfig:
     determinism_steps: int = 12
     random_episodes: int = 20
     random_seed0: int = 1000
+    generic_episodes: int = 8  # extra generic-policy episodes when the env has its own random_action
     max_random_win_rate: float = 0.15
     reference_episodes: int = 2  # reported in details only (reference_action is optional)
     hint_max_words: int = 100
@@ -295,18 +296,24 @@ def _gate_termination(run: _Runner, cfg: GateConfig, details: dict) -> None:
 
 
 def _gate_random_play(run: _Runner, cfg: GateConfig, details: dict) -> None:
-    policy = "env" if details.get("has_random_action") else "generic"
-    wins, steps = 0, 0
-    for i in range(cfg.random_episodes):
-        seed = cfg.random_seed0 + i
-        ep = _play(run, seed, policy, random.Random(seed), cfg.max_turns)
-        _check_ends(run, ep, cfg, "random")
-        wins, steps = wins + ep.won, steps + ep.steps
-    rate = wins / max(cfg.random_episodes, 1)
-    details.update(random_policy=policy, random_wins=wins, random_episodes=cfg.random_episodes,
+    """Win rate of random play: the env's own random_action when it has one, plus a few episodes of the
+    generic policy (so a random_action that only sends invalid moves cannot hide an easy win)."""
+    plan = [("generic", cfg.random_episodes)]
+    if details.get("has_random_action"):
+        plan = [("env", cfg.random_episodes), ("generic", cfg.generic_episodes)]
+    wins, episodes, steps = 0, 0, 0
+    for policy, n in plan:
+        for i in range(n):
+            seed = cfg.random_seed0 + i + (1000 if policy == "generic" else 0)
+            ep = _play(run, seed, policy, random.Random(seed), cfg.max_turns)
+            _check_ends(run, ep, cfg, "random")
+            wins, episodes, steps = wins + ep.won, episodes + 1, steps + ep.steps
+            details[f"{policy}_wins"] = details.get(f"{policy}_wins", 0) + ep.won
+    rate = wins / max(episodes, 1)
+    details.update(random_policy="+".join(p for p, _ in plan), random_wins=wins, random_episodes=episodes,
                    random_win_rate=rate, random_steps=steps)  # fmt: skip
     if rate > cfg.max_random_win_rate:
-        run.fail(f"random play wins {wins}/{cfg.random_episodes} episodes ({rate:.0%} > "
+        run.fail(f"random play wins {wins}/{episodes} episodes ({rate:.0%} > "
                  f"{cfg.max_random_win_rate:.0%}): the environment is trivially winnable")  # fmt: skip
 
 
