@@ -335,12 +335,11 @@ def _reference_win_rate(run: _Runner, cfg: GateConfig, details: dict) -> None:
 
 
 def _gate_hint(run: _Runner, cfg: GateConfig, details: dict) -> None:
+    """hint(), when the env has one, must return a short non-empty str (it is shown to the agent)."""
     run.reset(cfg.probe_seed)
-    result = run.s.hint()
-    present = not (getattr(result, "ok", False) and result.value is None) and not (
-        not getattr(result, "ok", False) and _is_missing(result, "hint")
-    )
-    if not present:
+    result = None if run.methods is not None and "hint" not in run.methods else run.s.hint()
+    ok = getattr(result, "ok", False)
+    if result is None or (ok and result.value is None) or (not ok and _is_missing(result, "hint")):
         details["hint"] = None
         return
     hint = run._value("hint()", result)
