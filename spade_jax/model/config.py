@@ -79,6 +79,16 @@ class ModelConfig:
         arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}.get(model_type)
         if arch is None:
             raise ValueError(f"unsupported HF model_type {model_type!r}; supported: llama, qwen2, qwen3")
+        unsupported = {
+            "hidden_act": hf.get("hidden_act", "silu") not in ("silu", "swish"),
+            "use_sliding_window": bool(hf.get("use_sliding_window", False)),
+            "mlp_bias": bool(hf.get("mlp_bias", False)),
+            "sliding_window": model_type == "mistral" and hf.get("sliding_window") is not None,
+            "attention_bias": arch != "qwen2" and bool(hf.get("attention_bias", False)),  # would add an o_proj bias
+        }
+        bad = [k for k, v in unsupported.items() if v]
+        if bad:
+            raise ValueError(f"unsupported {model_type} config setting {bad[0]}={hf[bad[0]]!r}")
         heads = hf["num_attention_heads"]
         eos = hf.get("eos_token_id")
         eos_ids = tuple(eos) if isinstance(eos, list) else (() if eos is None else (eos,))
@@ -90,10 +100,27 @@ class ModelConfig:
             if params.get("rope_type", "default") != "default":
                 rope_scaling = {k: v for k, v in params.items() if k != "rope_theta"}
         known = {
-            "model_type", "architectures", "vocab_size", "hidden_size", "intermediate_size",
-            "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim", "rope_theta",
-            "rope_scaling", "rope_parameters", "rms_norm_eps", "tie_word_embeddings", "attention_bias",
-            "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id", "torch_dtype", "dtype",
+            "model_type",
+            "architectures",
+            "vocab_size",
+            "hidden_size",
+            "intermediate_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "num_key_value_heads",
+            "head_dim",
+            "rope_theta",
+            "rope_scaling",
+            "rope_parameters",
+            "rms_norm_eps",
+            "tie_word_embeddings",
+            "attention_bias",
+            "max_position_embeddings",
+            "bos_token_id",
+            "eos_token_id",
+            "pad_token_id",
+            "torch_dtype",
+            "dtype",
         }
         cfg = dict(
             arch=arch,
@@ -108,7 +135,7 @@ class ModelConfig:
             rope_scaling=rope_scaling,
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
-            qkv_bias=arch == "qwen2" or bool(hf.get("attention_bias", False)),
+            qkv_bias=arch == "qwen2",
             qk_norm=arch == "qwen3",
             max_position_embeddings=hf.get("max_position_embeddings", 8192),
             bos_token_id=hf.get("bos_token_id"),

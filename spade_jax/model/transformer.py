@@ -14,6 +14,7 @@ from flax import nnx
 
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.rope import apply_rope, inv_frequencies
+from spade_jax.model.sharding import constrain
 
 _NEG_INF = -1e30
 
@@ -63,7 +64,7 @@ class RMSNorm(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         y = x32 * jax.lax.rsqrt(jnp.mean(x32 * x32, axis=-1, keepdims=True) + self.eps)
-        return (y.astype(x.dtype) * self.scale.value.astype(x.dtype)).astype(x.dtype)
+        return (y.astype(x.dtype) * self.scale[...].astype(x.dtype)).astype(x.dtype)
 
 
 class Attention(nnx.Module):
@@ -79,7 +80,6 @@ class Attention(nnx.Module):
         if cfg.qk_norm:
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg, "head_dim")
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg, "head_dim")
-        self.inv_freq, self.rope_scale = inv_frequencies(d, cfg.rope_theta, cfg.rope_scaling)
 
     def __call__(
         self,
@@ -96,8 +96,10 @@ class Attention(nnx.Module):
         v = self.v_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
         if cfg.qk_norm:
             q, k = self.q_norm(q), self.k_norm(k)
-        q = apply_rope(q, positions, self.inv_freq, self.rope_scale)
-        k = apply_rope(k, positions, self.inv_freq, self.rope_scale)
+        # Frequencies are trace-time numpy constants (kept out of the module state so it holds only Params).
+        inv_freq, rope_scale = inv_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        q = apply_rope(q, positions, inv_freq, rope_scale)
+        k = apply_rope(k, positions, inv_freq, rope_scale)
 
         if cache_kv is not None:
             ck, cv = cache_kv
@@ -190,11 +192,15 @@ class Transformer(nnx.Module):
             s = cache.length if cache is not None else t
             q_slot = jnp.arange(t)[:, None] + cache_index
             attn_mask = jnp.broadcast_to(jnp.arange(s)[None, :] <= q_slot, (b, t, s))
-        x = self.embed_tokens(tokens)
+        residual = ("batch", "length", "embed")  # activation sharding; no-op without a mesh
+        # FSDP: gather the table over its embed shards before the lookup (vocab stays split); no-op without a mesh.
+        table = constrain(self.embed_tokens.embedding[...].astype(self.cfg.jnp_dtype), ("vocab", None))
+        x = constrain(jnp.take(table, tokens, axis=0), residual)
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
             cache_kv = (cache.k[i], cache.v[i]) if cache is not None else None
             x, kv = layer(x, positions, attn_mask, cache_kv, cache_index)
+            x = constrain(x, residual)
             if kv is not None:
                 new_k.append(kv[0])
                 new_v.append(kv[1])
@@ -207,6 +213,10 @@ class Transformer(nnx.Module):
     def logits(self, hidden: jax.Array) -> jax.Array:
         """Projects final hidden states [..., E] to float32 logits [..., V]."""
         if self.cfg.tie_embeddings:
-            w = self.embed_tokens.embedding.value.astype(hidden.dtype)
-            return jnp.einsum("...e,ve->...v", hidden, w, preferred_element_type=jnp.float32)
-        return self.lm_head(hidden).astype(jnp.float32)
+            w = self.embed_tokens.embedding[...].astype(hidden.dtype)
+            logits = jnp.einsum("...e,ve->...v", hidden, w, preferred_element_type=jnp.float32)
+        else:
+            logits = self.lm_head(hidden).astype(jnp.float32)
+        if logits.ndim == 3:
+            logits = constrain(logits, ("batch", "length", "vocab"))
+        return logits

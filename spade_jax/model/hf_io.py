@@ -1,0 +1,236 @@
+"""Hugging Face interop: a HF state dict / model directory <-> our `Transformer`, loaded straight into shardings.
+
+Our parameter paths mirror the HF module names, so the mapping is a rename plus a transpose of every linear
+kernel ([in, out] here, [out, in] in HF). Exported directories load in `transformers` with `from_pretrained`.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+from jax.sharding import Mesh
+
+from spade_jax.model.config import ModelConfig
+from spade_jax.model.safetensors_io import read_safetensors, write_safetensors
+from spade_jax.model.sharding import ShardingRules, param_shardings
+from spade_jax.model.transformer import Transformer
+
+_IGNORED_SUFFIXES = ("rotary_emb.inv_freq",)  # buffers some old checkpoints carry; recomputed here
+_MAX_SHARD_BYTES = 5 * 1024**3
+
+
+def hf_name(path: tuple) -> tuple[str, bool]:
+    """Our parameter path -> (HF tensor name, whether the HF tensor is the transpose of ours)."""
+    *mods, leaf = (str(p) for p in path)
+    mods = ["self_attn" if m == "attn" else m for m in mods]
+    prefix = "" if mods and mods[0] == "lm_head" else "model."
+    suffix = "bias" if leaf == "bias" else "weight"
+    return prefix + ".".join([*mods, suffix]), leaf == "kernel"
+
+
+def _abstract(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
+    return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
+
+
+def params_from_hf_state_dict(
+    cfg: ModelConfig,
+    tensors: Mapping[str, np.ndarray],
+    *,
+    mesh: Mesh | None = None,
+    rules: ShardingRules | None = None,
+) -> Transformer:
+    """Builds a Transformer from HF-named tensors (numpy or memory-mapped), each cast to `cfg.param_dtype`.
+
+    With a mesh, every device receives only its own slice of each tensor (copied from the host array), so the
+    full model never sits on one device. Missing, unexpected or mis-shaped tensors raise a ValueError naming them.
+    """
+    graphdef, abstract = _abstract(cfg)
+    shardings = param_shardings(abstract, mesh, rules) if mesh is not None else None
+    flat = nnx.to_flat_state(abstract)
+    flat_sh = dict(nnx.to_flat_state(shardings)) if shardings is not None else {}
+    target = np.dtype(cfg.jnp_param_dtype)
+    used: set[str] = set()
+    leaves = []
+    for path, var in flat:
+        name, transposed = hf_name(path)
+        if name not in tensors:
+            hint = " (config says tie_word_embeddings=false)" if name == "lm_head.weight" else ""
+            raise ValueError(f"tensor {name} missing from the checkpoint{hint}")
+        src = tensors[name]
+        want = tuple(reversed(var.shape)) if transposed else tuple(var.shape)
+        if tuple(src.shape) != want:
+            raise ValueError(
+                f"tensor {name}: shape {tuple(src.shape)} in the checkpoint, expected {want} for this config"
+            )
+        used.add(name)
+        src = src.T if transposed else src
+        sharding = flat_sh.get(path)
+        leaves.append((path, var.replace(_to_device(src, target, sharding))))
+    extra = [
+        n
+        for n in tensors
+        if n not in used and not n.endswith(_IGNORED_SUFFIXES) and not (cfg.tie_embeddings and n == "lm_head.weight")
+    ]
+    if extra:
+        more = f" (+{len(extra) - 5} more)" if len(extra) > 5 else ""
+        raise ValueError(f"unexpected tensors for a {cfg.arch} config: {', '.join(sorted(extra)[:5])}{more}")
+    return nnx.merge(graphdef, nnx.from_flat_state(leaves))
+
+
+def _to_device(src: np.ndarray, dtype: np.dtype, sharding: jax.sharding.Sharding | None) -> jax.Array:
+    if sharding is None:
+        return jnp.asarray(np.asarray(src, dtype=dtype))
+    return jax.make_array_from_callback(src.shape, sharding, lambda idx: np.asarray(src[idx], dtype=dtype))
+
+
+def read_hf_tensors(path: str | Path) -> dict[str, np.ndarray]:
+    """Memory-mapped tensors of a HF directory: model.safetensors, or the shards a sharded index names."""
+    path = Path(path)
+    index, single = path / "model.safetensors.index.json", path / "model.safetensors"
+    if index.exists():
+        weight_map = json.loads(index.read_text())["weight_map"]
+        files: dict[str, dict[str, np.ndarray]] = {}
+        out = {}
+        for name, fname in weight_map.items():
+            if fname not in files:
+                if not (path / fname).exists():
+                    raise FileNotFoundError(f"{path / fname}: shard named in {index.name} is missing")
+                files[fname] = read_safetensors(path / fname)
+            if name not in files[fname]:
+                raise ValueError(f"tensor {name}: {index.name} says it is in {fname}, but it is not there")
+            out[name] = files[fname][name]
+        return out
+    if single.exists():
+        return read_safetensors(single)
+    others = sorted(p.name for p in path.glob("*.safetensors"))
+    if len(others) == 1:
+        return read_safetensors(path / others[0])
+    if (path / "pytorch_model.bin").exists() or list(path.glob("pytorch_model*.bin")):
+        raise FileNotFoundError(f"{path}: only pytorch_model*.bin found; only safetensors weights are supported")
+    raise FileNotFoundError(f"{path}: no model.safetensors or model.safetensors.index.json")
+
+
+def load_hf_dir(
+    path: str | Path,
+    *,
+    mesh: Mesh | None = None,
+    rules: ShardingRules | None = None,
+    param_dtype: str | None = None,
+    dtype: str | None = None,
+    **overrides: Any,
+) -> tuple[ModelConfig, Transformer]:
+    """Reads a HF model directory (config.json + safetensors, single file or sharded index) into (cfg, model).
+
+    param_dtype / dtype override the storage and compute dtypes (default float32); other keyword arguments
+    override ModelConfig fields.
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise FileNotFoundError(f"{path}: not a directory (expected a Hugging Face model directory)")
+    if not (path / "config.json").exists():
+        raise FileNotFoundError(f"{path}: no config.json (expected a Hugging Face model directory)")
+    try:
+        hf = json.loads((path / "config.json").read_text())
+    except json.JSONDecodeError as e:
+        raise ValueError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+    if param_dtype is not None:
+        overrides["param_dtype"] = param_dtype
+    if dtype is not None:
+        overrides["dtype"] = dtype
+    try:
+        cfg = ModelConfig.from_hf(hf, **overrides)
+    except KeyError as e:
+        raise ValueError(f"{path / 'config.json'}: missing key {e}") from None
+    gen = path / "generation_config.json"
+    if gen.exists() and not cfg.eos_token_ids:
+        eos = json.loads(gen.read_text()).get("eos_token_id")
+        if eos is not None:
+            cfg = cfg.replace(eos_token_ids=tuple(eos) if isinstance(eos, list) else (eos,))
+    return cfg, params_from_hf_state_dict(cfg, read_hf_tensors(path), mesh=mesh, rules=rules)
+
+
+class _HostTensor:
+    """A parameter fetched to host (and transposed) only when written, so export streams one tensor at a time."""
+
+    def __init__(self, value: jax.Array, transposed: bool):
+        self.value, self.transposed = value, transposed
+        self.shape = tuple(reversed(value.shape)) if transposed else tuple(value.shape)
+        self.dtype = np.dtype(value.dtype)
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        v = self.value
+        if not v.is_fully_addressable:  # multi-host: gather the global array on every host
+            from jax.experimental import multihost_utils
+
+            v = multihost_utils.process_allgather(v, tiled=True)
+        host = np.asarray(jax.device_get(v))
+        return np.ascontiguousarray(host.T if self.transposed else host, dtype=dtype)
+
+
+def hf_state_items(model: Transformer) -> list[tuple[str, Any]]:
+    """(HF name, host-convertible tensor) pairs for the model's parameters, HF layout, in HF order."""
+    items = []
+    for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        name, transposed = hf_name(path)
+        items.append((name, _HostTensor(var[...], transposed)))
+    return sorted(items, key=lambda kv: kv[0])
+
+
+def save_hf_dir(
+    model: Transformer,
+    cfg: ModelConfig,
+    out_dir: str | Path,
+    *,
+    tokenizer_files: Mapping[str, str | bytes] | None = None,
+    max_shard_bytes: int = _MAX_SHARD_BYTES,
+    progress: Callable[[str], None] | None = None,
+) -> Path:
+    """Writes config.json, generation_config.json and safetensors weights (sharded with an index above
+    max_shard_bytes) that `transformers` loads with `from_pretrained`; tied models store no lm_head.weight.
+    tokenizer_files: file name -> contents (tokenizer.json, tokenizer_config.json, ...), written alongside.
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "config.json").write_text(json.dumps(cfg.to_hf(), indent=2) + "\n")
+    gen = {"bos_token_id": cfg.bos_token_id, "pad_token_id": cfg.pad_token_id}
+    if cfg.eos_token_ids:
+        gen["eos_token_id"] = cfg.eos_token_ids[0] if len(cfg.eos_token_ids) == 1 else list(cfg.eos_token_ids)
+    gen = {k: v for k, v in gen.items() if v is not None}
+    (out / "generation_config.json").write_text(json.dumps(gen, indent=2) + "\n")
+
+    items = hf_state_items(model)
+    shards: list[list[tuple[str, Any]]] = [[]]
+    size = 0
+    for name, t in items:
+        nbytes = t.dtype.itemsize * int(np.prod(t.shape, dtype=np.int64))
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append([])
+            size = 0
+        shards[-1].append((name, t))
+        size += nbytes
+    for old in list(out.glob("model*.safetensors")) + [out / "model.safetensors.index.json"]:
+        old.unlink(missing_ok=True)  # stale weights from an earlier export would confuse loaders
+    if len(shards) == 1:
+        write_safetensors(out / "model.safetensors", items)
+    else:
+        weight_map, total = {}, 0
+        for i, shard in enumerate(shards):
+            fname = f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors"
+            if progress:
+                progress(fname)
+            total += write_safetensors(out / fname, shard)
+            weight_map.update({name: fname for name, _ in shard})
+        index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+        (out / "model.safetensors.index.json").write_text(json.dumps(index, indent=2) + "\n")
+    for fname, content in (tokenizer_files or {}).items():
+        mode = "wb" if isinstance(content, bytes) else "w"
+        with open(out / fname, mode) as f:
+            f.write(content)
+    return out
