@@ -1,0 +1,185 @@
+"""Training batches for the learner: python samples packed into fixed-shape arrays.
+
+Layout (one convention everywhere in `rl`): every per-token array is aligned with `tokens`, i.e. the value
+at [n, t] belongs to token t, which the model predicts from the tokens before it in the same segment.
+So `loss_mask[n, t] = 1` trains the prediction of `tokens[n, t]`, and `sampler_logprobs[n, t]` is
+log p_sampler(tokens[n, t] | prefix). The first token of every segment has no prediction and is never
+trained. Rows are RIGHT-padded (pad tokens at the end, segment id 0, all masks 0); several samples may be
+packed into one row, each with its own segment id (1, 2, ...) and positions restarting at 0, and the
+learner's attention never crosses segments. Rows hold samples of one role only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import flax.struct
+import jax
+import numpy as np
+
+AGENT, DESIGNER = 0, 1
+ROLE_NAMES = {AGENT: "agent", DESIGNER: "designer"}
+
+DEFAULT_LENGTH_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+@flax.struct.dataclass
+class TrainBatch:
+    """Fixed-shape arrays for one learner step; N rows of L tokens (see the module docstring for alignment)."""
+
+    tokens: Any  # int32 [N, L]
+    positions: Any  # int32 [N, L], restarting at 0 in every segment
+    segment_ids: Any  # int32 [N, L], 1.. per packed sample, 0 on padding
+    loss_mask: Any  # float32 [N, L], 1 on policy-produced tokens that are trained
+    sampler_logprobs: Any  # float32 [N, L], log-prob of each token under the sampler (0 where not trained)
+    advantages: Any  # float32 [N, L], the advantage of the sample each token belongs to
+    roles: Any  # int32 [N], 0 agent / 1 designer / -1 padding row
+    sample_ids: Any  # int32 [N, L], index of the input sample each token came from, -1 on padding
+    old_logprobs: Any = None  # float32 [N, L]: learner log-probs at the sampling policy version (None: on-policy)
+    ref_logprobs: Any = None  # float32 [N, L]: frozen reference log-probs, for the KL term
+
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self.tokens.shape)
+
+    def rows(self, start: int, stop: int) -> TrainBatch:
+        """Rows [start, stop) of every array (a micro-batch)."""
+        return jax.tree.map(lambda x: x[start:stop], self)
+
+
+@dataclass
+class Sample:
+    """One trajectory as python lists: a prompt and a completion that may interleave observations.
+
+    completion_mask: 1 on tokens the policy produced (trained), 0 on observation tokens inserted by the
+    environment between turns; None means all ones. logprobs: the sampler's log-prob of each completion
+    token (any value where the mask is 0); None means 0 (then set `old_logprobs` explicitly or accept an
+    importance weight of exp(learner - 0) capped at C). advantage: scalar, or one value per completion token.
+    """
+
+    prompt_ids: Sequence[int]
+    completion_ids: Sequence[int]
+    completion_mask: Sequence[int] | None = None
+    logprobs: Sequence[float] | None = None
+    advantage: float | Sequence[float] = 0.0
+    role: int = AGENT
+
+    @classmethod
+    def coerce(cls, s: Sample | Mapping[str, Any]) -> Sample:
+        if isinstance(s, Sample):
+            return s
+        if isinstance(s, Mapping):
+            unknown = set(s) - set(cls.__dataclass_fields__)
+            if unknown:
+                raise ValueError(f"unknown sample keys {sorted(unknown)}; expected {sorted(cls.__dataclass_fields__)}")
+            return cls(**s)
+        raise TypeError(f"sample must be a Sample or a mapping, got {type(s).__name__}")
+
+    def __len__(self) -> int:
+        return len(self.prompt_ids) + len(self.completion_ids)
+
+
+def bucket(n: int, buckets: Sequence[int]) -> int:
+    """Smallest bucket >= n; past the largest, the next multiple of the largest."""
+    for b in sorted(buckets):
+        if b >= n:
+            return b
+    top = max(buckets)
+    return -(-n // top) * top
+
+
+def _sample_arrays(s: Sample, index: int) -> dict[str, np.ndarray]:
+    """Per-token arrays for one sample, aligned with its tokens."""
+    p, c = len(s.prompt_ids), len(s.completion_ids)
+    if p == 0:
+        raise ValueError(f"sample {index}: empty prompt (the first completion token needs a token before it)")
+    mask = np.ones(c, np.float32) if s.completion_mask is None else np.asarray(s.completion_mask, np.float32)
+    lp = np.zeros(c, np.float32) if s.logprobs is None else np.asarray(s.logprobs, np.float32)
+    adv = np.broadcast_to(np.asarray(s.advantage, np.float32), (c,))
+    for name, arr in (("completion_mask", mask), ("logprobs", lp), ("advantage", adv)):
+        if arr.shape != (c,):
+            raise ValueError(f"sample {index}: {name} has {arr.shape[0]} entries for {c} completion tokens")
+    zeros = np.zeros(p, np.float32)
+    return dict(
+        tokens=np.concatenate([np.asarray(s.prompt_ids, np.int32), np.asarray(s.completion_ids, np.int32)]),
+        loss_mask=np.concatenate([zeros, mask]),
+        sampler_logprobs=np.concatenate([zeros, lp * (mask > 0)]),
+        advantages=np.concatenate([zeros, adv]),
+    )
+
+
+def pack_sequences(
+    samples: Sequence[Sample | Mapping[str, Any]],
+    *,
+    length_buckets: Sequence[int] = DEFAULT_LENGTH_BUCKETS,
+    batch_buckets: Sequence[int] = DEFAULT_BATCH_BUCKETS,
+    pack: bool = True,
+    pad_id: int = 0,
+) -> TrainBatch:
+    """Packs samples into a right-padded `TrainBatch` whose shape comes from the buckets.
+
+    The row length L is the smallest length bucket that holds the longest sample; with `pack`, shorter
+    samples of the same role share rows (first-fit, longest first), otherwise one sample per row. The row
+    count is rounded up to a batch bucket with empty rows (all masks 0, role -1), so the learner compiles
+    once per (length bucket, micro-batch) pair. Raises ValueError for a sample longer than the largest
+    length bucket.
+    """
+    if not samples:
+        raise ValueError("pack_sequences: no samples")
+    items = [Sample.coerce(s) for s in samples]
+    longest = max(len(s) for s in items)
+    if longest > max(length_buckets):
+        raise ValueError(f"a sample has {longest} tokens, more than the largest length bucket {max(length_buckets)}")
+    length = bucket(longest, length_buckets)
+
+    rows: list[list[int]] = []  # sample indices per row
+    free: list[int] = []  # tokens left per row
+    row_role: list[int] = []
+    order = sorted(range(len(items)), key=lambda i: -len(items[i]))
+    for i in order:
+        n, role = len(items[i]), items[i].role
+        target = next((r for r in range(len(rows)) if pack and row_role[r] == role and free[r] >= n), None)
+        if target is None:
+            rows.append([])
+            free.append(length)
+            row_role.append(role)
+            target = len(rows) - 1
+        rows[target].append(i)
+        free[target] -= n
+    rows = [sorted(r) for r in rows]
+    order_rows = sorted(range(len(rows)), key=lambda r: rows[r][0])  # keep input order roughly
+    num_rows = bucket(len(rows), batch_buckets)
+
+    out = dict(
+        tokens=np.full((num_rows, length), pad_id, np.int32),
+        positions=np.zeros((num_rows, length), np.int32),
+        segment_ids=np.zeros((num_rows, length), np.int32),
+        loss_mask=np.zeros((num_rows, length), np.float32),
+        sampler_logprobs=np.zeros((num_rows, length), np.float32),
+        advantages=np.zeros((num_rows, length), np.float32),
+        sample_ids=np.full((num_rows, length), -1, np.int32),
+    )
+    roles = np.full((num_rows,), -1, np.int32)
+    for row, r in enumerate(order_rows):
+        roles[row] = row_role[r]
+        col = 0
+        for seg, i in enumerate(rows[r], start=1):
+            arrays = _sample_arrays(items[i], i)
+            n = arrays["tokens"].shape[0]
+            sl = slice(col, col + n)
+            for name, arr in arrays.items():
+                out[name][row, sl] = arr
+            out["positions"][row, sl] = np.arange(n)
+            out["segment_ids"][row, sl] = seg
+            out["sample_ids"][row, sl] = i
+            col += n
+    return TrainBatch(roles=roles, **out)
+
+
+def unpack_per_token(batch: TrainBatch, values: Any, num_samples: int) -> list[np.ndarray]:
+    """Splits a per-token array [N, L] back into one array per input sample (its completion+prompt tokens)."""
+    values, ids = np.asarray(values), np.asarray(batch.sample_ids)
+    return [values[ids == i] for i in range(num_samples)]

@@ -1,0 +1,395 @@
+"""The learner: AdamW on the shared policy, one jitted (optionally mesh-sharded) step, micro-batch accumulation.
+
+Parameters live in the nnx model the caller passes in, which is the same module object the sampler reads.
+Each step reads the current `nnx.Param` arrays from the model, runs jitted pure functions on them, and
+writes the new arrays back with `nnx.update` (device arrays with the same shardings; no host copy). With
+`donate=True` (default) the previous arrays are donated to XLA and deleted, so a sampler that cached a
+split of the model must call `sampler.update_model(learner.model)` after every step (a pointer swap).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+from flax import nnx
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from spade_jax.model.sharding import DEFAULT_RULES, ShardingRules, activation_sharding, param_shardings, use_rules
+from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
+from spade_jax.rl.losses import cross_entropy_loss, policy_loss, token_logprobs
+
+SCHEDULES = ("constant", "cosine", "linear")
+REMAT_POLICIES = {
+    "nothing": None,  # save only block inputs, recompute everything else
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
+}
+
+
+@dataclass
+class LearnerConfig:
+    """Optimiser and loss settings (defaults from DESIGN.md)."""
+
+    lr: float = 1e-6
+    schedule: str = "constant"  # constant | cosine | linear (decay to 0 at total_steps), after warmup_steps
+    warmup_steps: int = 0
+    total_steps: int = 0  # for cosine / linear
+    weight_decay: float = 0.1
+    decay_vectors: bool = False  # False: no weight decay on 1-D params (norm scales, biases)
+    betas: tuple[float, float] = (0.9, 0.98)
+    eps: float = 1e-8
+    grad_clip: float = 1.0  # global-norm clip; 0 disables
+    micro_batch_size: int = 0  # rows per micro-batch; 0: derive from grad_accum_steps
+    grad_accum_steps: int = 1  # used when micro_batch_size is 0: micro = N / grad_accum_steps
+    remat: bool = False  # rematerialise each transformer block in the backward pass
+    remat_policy: str = "nothing"  # nothing | dots
+    logits_chunk: int = 1024  # sequence positions per log-softmax chunk (0: no chunking)
+    clip_low: float = 0.2
+    clip_high: float = 0.28
+    is_cap: float = 2.0  # truncation C of the sampler->learner importance weight
+    kl_coef: float = 0.0
+    entropy_coef: float = 0.0
+    compute_entropy: bool = True  # entropy metric (costs one extra pass over the logits)
+    donate: bool = True
+
+    def __post_init__(self) -> None:
+        if self.schedule not in SCHEDULES:
+            raise ValueError(f"schedule={self.schedule!r}; expected one of {SCHEDULES}")
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy={self.remat_policy!r}; expected one of {sorted(REMAT_POLICIES)}")
+        if self.micro_batch_size < 0 or self.grad_accum_steps < 1:
+            raise ValueError("micro_batch_size must be >= 0 and grad_accum_steps >= 1")
+        if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
+            raise ValueError(f"schedule={self.schedule!r} needs total_steps > warmup_steps")
+
+
+def make_schedule(cfg: LearnerConfig) -> optax.Schedule:
+    """Learning rate per optimizer update: linear warmup from 0, then constant / cosine / linear decay."""
+    if cfg.schedule == "cosine":
+        return optax.warmup_cosine_decay_schedule(0.0, cfg.lr, cfg.warmup_steps, cfg.total_steps, 0.0)
+    if cfg.schedule == "linear":
+        decay = optax.linear_schedule(cfg.lr, 0.0, cfg.total_steps - cfg.warmup_steps)
+    else:
+        decay = optax.constant_schedule(cfg.lr)
+    if cfg.warmup_steps <= 0:
+        return decay
+    return optax.join_schedules([optax.linear_schedule(0.0, cfg.lr, cfg.warmup_steps), decay], [cfg.warmup_steps])
+
+
+def make_optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
+    """Global-norm clipping then AdamW with the configured schedule."""
+    mask = None if cfg.decay_vectors else (lambda params: jax.tree.map(lambda x: x.ndim >= 2, params))
+    adamw = optax.adamw(
+        make_schedule(cfg), b1=cfg.betas[0], b2=cfg.betas[1], eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask
+    )
+    return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw) if cfg.grad_clip > 0 else adamw
+
+
+def attention_mask(segment_ids: jax.Array) -> jax.Array:
+    """bool [B, T, T]: causal, within the same segment, never from or to padding (segment 0)."""
+    t = segment_ids.shape[1]
+    same = segment_ids[:, :, None] == segment_ids[:, None, :]
+    causal = jnp.arange(t)[:, None] >= jnp.arange(t)[None, :]
+    return same & causal[None] & (segment_ids[:, :, None] > 0)
+
+
+class _RematBlock(nnx.Module):
+    """Wraps a transformer block so the model's own forward recomputes it in the backward pass (no KV cache)."""
+
+    def __init__(self, block: nnx.Module, policy: Any):
+        self.block = block
+        self.policy = policy
+
+    def __call__(self, x, positions, mask, cache_kv, cache_index):
+        run = nnx.remat(lambda blk, h, pos, m: blk(h, pos, m, None, 0)[0], policy=self.policy)
+        return run(self.block, x, positions, mask), None
+
+
+def forward_hidden(
+    model: Any, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array, *, remat: bool = False, policy=None
+) -> jax.Array:
+    """Final hidden states [B, T, E] of packed rows through the model's own forward.
+
+    With `remat`, the model's blocks are swapped for rematerialising wrappers first: only call this on a
+    module merged inside the traced function (a throwaway copy), never on the caller's model.
+    """
+    if remat:
+        model.layers = nnx.List([_RematBlock(block, policy) for block in model.layers])
+    hidden, _ = model(tokens, positions, attn_mask=attention_mask(segment_ids), return_hidden=True)
+    return hidden
+
+
+def _on_mesh(x: Any, mesh: Mesh) -> bool:
+    return isinstance(x, jax.Array) and isinstance(x.sharding, NamedSharding) and x.sharding.mesh == mesh
+
+
+def _host(x: Any) -> np.ndarray:
+    return np.asarray(jax.device_get(x))
+
+
+class Learner:
+    """Trains `model` in place: `train_step` (clipped policy gradient), `sft_step` (masked cross-entropy),
+    `logprobs` (per-token log-probs under the current params), with micro-batch gradient accumulation.
+
+    Compiles once per (micro-batch rows, row length, optional-field pattern); `compile_count` says how many
+    traces happened. With a `mesh` (Auto axes, e.g. `spade_jax.model.sharding.make_mesh`), params that are
+    not already on it are placed by the logical-axis `rules` (default FSDP + tensor), the optimizer state
+    follows them, batch rows are split over the "batch" activation axes, and each step keeps those layouts.
+    """
+
+    def __init__(
+        self,
+        model: nnx.Module,
+        config: LearnerConfig | None = None,
+        *,
+        mesh: Mesh | None = None,
+        rules: ShardingRules | None = None,
+    ):
+        self.model = model
+        self.config = cfg = config or LearnerConfig()
+        self.mesh = mesh
+        self.rules = rules or DEFAULT_RULES
+        self.tx = make_optimizer(cfg)
+        self.schedule = make_schedule(cfg)
+        self.step = 0
+        self.compile_count = 0
+        graphdef, params, rest = nnx.split(model, nnx.Param, ...)
+        self._graphdef = graphdef
+        if mesh is not None:
+            if not all(_on_mesh(x, mesh) for x in jax.tree.leaves(params)):
+                params = jax.device_put(params, param_shardings(params, mesh, self.rules))
+            params, rest = self._to_mesh(params), self._to_mesh(rest)
+            nnx.update(model, params, rest)
+        self.opt_state = self.tx.init(params)
+        jit_kw: dict[str, dict[str, Any]] = {"micro": {}, "apply": {}, "fused": {}}
+        if mesh is not None:
+            self.opt_state = self._to_mesh(self.opt_state)
+            param_sh = jax.tree.map(lambda x: x.sharding, params)
+            opt_sh = jax.tree.map(lambda x: x.sharding, self.opt_state)
+            rep = NamedSharding(mesh, P())
+            jit_kw = {
+                "micro": {"out_shardings": (param_sh, rep)},
+                "apply": {"out_shardings": (param_sh, opt_sh, rep)},
+                "fused": {"out_shardings": (param_sh, opt_sh, rep, rep)},
+            }
+        donate = cfg.donate
+        self._micro = jax.jit(
+            self._micro_fn, static_argnames="kind", donate_argnums=(2,) if donate else (), **jit_kw["micro"]
+        )
+        self._apply = jax.jit(self._apply_fn, donate_argnums=(0, 1) if donate else (), **jit_kw["apply"])
+        self._fused = jax.jit(
+            self._fused_fn, static_argnames="kind", donate_argnums=(0, 2) if donate else (), **jit_kw["fused"]
+        )
+        self._logp = jax.jit(self._logp_fn)
+
+    # ----- state -----
+
+    def _to_mesh(self, tree: Any) -> Any:
+        replicated = NamedSharding(self.mesh, P())
+
+        return jax.tree.map(lambda x: x if _on_mesh(x, self.mesh) else jax.device_put(x, replicated), tree)
+
+    def _context(self) -> contextlib.AbstractContextManager:
+        """The mesh and sharding rules the model's activation constraints read while tracing and running."""
+        stack = contextlib.ExitStack()
+        if self.mesh is not None:
+            stack.enter_context(jax.set_mesh(self.mesh))
+            stack.enter_context(use_rules(self.rules))
+        return stack
+
+    def _split(self) -> tuple[nnx.State, nnx.State]:
+        _, params, rest = nnx.split(self.model, nnx.Param, ...)
+        return params, rest
+
+    def get_state(self) -> dict[str, Any]:
+        """Params, optimizer state and step, for checkpointing."""
+        return {"params": nnx.state(self.model, nnx.Param), "opt_state": self.opt_state, "step": self.step}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Restores what `get_state` returned (arrays are used as given: put them on the right devices first)."""
+        nnx.update(self.model, state["params"])
+        self.opt_state = state["opt_state"]
+        self.step = int(state["step"])
+
+    @property
+    def learning_rate(self) -> float:
+        return float(self.schedule(self.step))
+
+    # ----- pure functions (jitted) -----
+
+    def _forward_logprobs(self, params, rest, batch: TrainBatch, *, remat: bool, entropy: bool):
+        model = nnx.merge(self._graphdef, params, rest)
+        cfg = self.config
+        hidden = forward_hidden(
+            model,
+            batch.tokens,
+            batch.positions,
+            batch.segment_ids,
+            remat=remat,
+            policy=REMAT_POLICIES[cfg.remat_policy],
+        )
+        logp, ent = token_logprobs(
+            model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy
+        )
+        predicted = (batch.positions > 0) & (batch.segment_ids > 0)  # segment starts have no prediction
+        logp = jnp.where(predicted, logp, 0.0)
+        return logp, None if ent is None else jnp.where(predicted, ent, 0.0)
+
+    def _loss_fn(self, params, rest, batch: TrainBatch, norms: dict[str, jax.Array], kind: str):
+        cfg = self.config
+        want_entropy = kind == "rl" and (cfg.compute_entropy or cfg.entropy_coef != 0)
+        logp, ent = self._forward_logprobs(params, rest, batch, remat=cfg.remat, entropy=want_entropy)
+        if kind == "sft":
+            return cross_entropy_loss(logp, batch.loss_mask, normalizer=norms["tokens"])
+        old = jax.lax.stop_gradient(logp) if batch.old_logprobs is None else batch.old_logprobs
+        args = (old, batch.sampler_logprobs, batch.advantages)
+        kw = dict(clip_low=cfg.clip_low, clip_high=cfg.clip_high, is_cap=cfg.is_cap, ref_logprobs=batch.ref_logprobs)
+        loss, metrics = policy_loss(
+            logp, *args, batch.loss_mask, **kw, kl_coef=cfg.kl_coef, entropy=ent, entropy_coef=cfg.entropy_coef,
+            normalizer=norms["tokens"],
+        )  # fmt: skip
+        logp_sg = jax.lax.stop_gradient(logp)
+        ent_sg = None if ent is None else jax.lax.stop_gradient(ent)
+        for role, name in ROLE_NAMES.items():
+            role_mask = batch.loss_mask * (batch.roles[:, None] == role)
+            _, m = policy_loss(logp_sg, *args, role_mask, **kw, entropy=ent_sg, normalizer=norms[name])
+            for key in ("pg_loss", "entropy", "clip_frac_low", "clip_frac_high", "is_weight_mean"):
+                if key in m:
+                    metrics[f"{name}/{key}"] = m[key]
+        return loss, metrics
+
+    def _micro_fn(self, params, rest, acc, batch, norms, kind):
+        self.compile_count += 1
+        grads, metrics = jax.grad(self._loss_fn, has_aux=True)(params, rest, batch, norms, kind)
+        if acc is not None:
+            grads = jax.tree.map(jnp.add, acc, grads)
+        return grads, metrics
+
+    def _apply_fn(self, params, opt_state, grads):
+        self.compile_count += 1
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = self.tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, grad_norm
+
+    def _fused_fn(self, params, rest, opt_state, batch, norms, kind):
+        self.compile_count += 1
+        grads, metrics = jax.grad(self._loss_fn, has_aux=True)(params, rest, batch, norms, kind)
+        grad_norm = optax.tree.norm(grads)
+        updates, opt_state = self.tx.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, metrics, grad_norm
+
+    def _logp_fn(self, params, rest, batch):
+        self.compile_count += 1
+        return self._forward_logprobs(params, rest, batch, remat=False, entropy=False)[0]
+
+    # ----- host-side driving -----
+
+    def _micro_size(self, rows: int) -> int:
+        cfg = self.config
+        micro = cfg.micro_batch_size or max(rows // cfg.grad_accum_steps, 1)
+        return min(micro, rows)
+
+    def _pad_rows(self, batch: TrainBatch, multiple: int) -> TrainBatch:
+        """Appends empty rows (all masks 0, role -1) so the row count is a multiple of the micro-batch."""
+        n = batch.tokens.shape[0]
+        extra = -n % multiple
+        if not extra:
+            return batch
+
+        def pad(x, name):
+            fill = -1 if name in ("roles", "sample_ids") else 0
+            return np.concatenate([_host(x), np.full((extra,) + tuple(x.shape[1:]), fill, _host(x).dtype)])
+
+        fields = {k: getattr(batch, k) for k in batch.__dataclass_fields__}
+        return TrainBatch(**{k: None if v is None else pad(v, k) for k, v in fields.items()})
+
+    def _put(self, batch: TrainBatch) -> TrainBatch:
+        """Batch arrays onto the devices: rows split over the mesh's batch axes when there is a mesh."""
+        if self.mesh is None:
+            return jax.tree.map(jnp.asarray, batch)
+
+        def put(x):
+            names = ("batch", "length")[: np.ndim(x)]
+            return jax.device_put(x, activation_sharding(self.mesh, names, np.shape(x), self.rules))
+
+        return jax.tree.map(put, batch)
+
+    def _norms(self, batch: TrainBatch) -> dict[str, jax.Array]:
+        mask, roles = _host(batch.loss_mask), _host(batch.roles)
+        norms = {"tokens": max(float(mask.sum()), 1.0)}
+        for role, name in ROLE_NAMES.items():
+            norms[name] = max(float(mask[roles == role].sum()), 1.0)
+        return {k: jnp.float32(v) for k, v in norms.items()}
+
+    def _run(self, batch: TrainBatch, kind: str) -> dict[str, float]:
+        rows = batch.tokens.shape[0]
+        micro = self._micro_size(rows)
+        batch = self._pad_rows(batch, micro)
+        rows = batch.tokens.shape[0]
+        norms = self._norms(batch)
+        params, rest = self._split()
+        with self._context():
+            if rows == micro:
+                params, self.opt_state, metrics, grad_norm = self._fused(
+                    params, rest, self.opt_state, self._put(batch), norms, kind=kind
+                )
+                all_metrics = [metrics]
+            else:
+                acc, all_metrics = None, []
+                for start in range(0, rows, micro):
+                    mb = self._put(batch.rows(start, start + micro))
+                    acc, metrics = self._micro(params, rest, acc, mb, norms, kind)
+                    all_metrics.append(metrics)
+                params, self.opt_state, grad_norm = self._apply(params, self.opt_state, acc)
+        nnx.update(self.model, params)
+        out = _combine(jax.device_get(all_metrics))
+        mask, roles = _host(batch.loss_mask), _host(batch.roles)
+        out.update(grad_norm=float(grad_norm), lr=self.learning_rate, tokens=float(mask.sum()), rows=float(rows))
+        if kind == "rl":
+            for role, name in ROLE_NAMES.items():
+                out[f"{name}/tokens"] = float(mask[roles == role].sum())
+        self.step += 1
+        out["step"] = float(self.step)
+        return out
+
+    def train_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer update of the clipped policy-gradient loss over the whole batch; returns metrics."""
+        return self._run(batch, "rl")
+
+    def sft_step(self, batch: TrainBatch) -> dict[str, float]:
+        """One optimizer update of masked cross-entropy on `loss_mask` tokens (the warm start)."""
+        return self._run(batch, "sft")
+
+    def logprobs(self, batch: TrainBatch, *, model: nnx.Module | None = None) -> jax.Array:
+        """Per-token log-probs [N, L] (aligned with tokens, 0 at segment starts) under the current params,
+        or under `model` (e.g. a frozen reference with the same architecture); use as `old_logprobs` /
+        `ref_logprobs`."""
+        if model is None:
+            params, rest = self._split()
+        else:
+            _, params, rest = nnx.split(model, nnx.Param, ...)
+        rows = batch.tokens.shape[0]
+        micro = self._micro_size(rows)
+        padded = self._pad_rows(batch, micro)
+        with self._context():
+            parts = [
+                self._logp(params, rest, self._put(padded.rows(s, s + micro)))
+                for s in range(0, padded.tokens.shape[0], micro)
+            ]
+        return jnp.concatenate(parts, axis=0)[:rows]
+
+
+def _combine(metrics: list[dict[str, Any]]) -> dict[str, float]:
+    """Adds micro-batch metrics (each already divided by the full-batch token count); max for `*_max` keys."""
+    out: dict[str, float] = {}
+    for m in metrics:
+        for k, v in m.items():
+            v = float(v)
+            out[k] = max(out.get(k, v), v) if k.endswith("_max") else out.get(k, 0.0) + v
+    return out
