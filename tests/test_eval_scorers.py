@@ -116,3 +116,10 @@ def test_acebench_call_matching():
     two = [{"a": {"x": 1}}, {"b": {}}]
     assert calls_match([{"name": "b", "arguments": {}}, {"name": "a", "arguments": {"x": 1}}], two)
     assert not calls_match([{"name": "a", "arguments": {"x": 1}}], two)
+
+
+def test_seqio_registration_is_optional():
+    from spade_jax.eval.seqio_tasks import register_seqio_tasks, seqio_available
+
+    names = register_seqio_tasks(limit=2)
+    assert names == (["spade_champ", "spade_reasoning_gym"] if seqio_available() else [])

@@ -139,8 +139,12 @@ def _eval(args: argparse.Namespace) -> int:
                 tasks[suite] = progress.add_task(suite, total=total)
             progress.update(tasks[suite], completed=done, total=total)
 
+        def done(name: str, result) -> None:
+            shown = ", ".join(f"{k}={v:.3f}" for k, v in result.metrics.items() if not k.endswith("_stderr"))
+            progress.console.print(f"{name}: {shown} ({result.n} items, {result.wall_s:.1f} s)")
+
         ctx.progress = tick
-        results = evaluate(model, suites, ctx, limit=args.limit)
+        results = evaluate(model, suites, ctx, limit=args.limit, on_suite=done)
     out = args.out or f"eval_results/{Path(spec).name}-{time.strftime('%Y%m%d-%H%M%S')}.json"
     path = write_results(results, out)
     Console().print(results_table(results))
