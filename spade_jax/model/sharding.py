@@ -199,6 +199,8 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
     mesh = jax.sharding.get_abstract_mesh()
     if mesh.empty or not set(mesh.axis_names) & set(MESH_AXES):
         return x
+    if any(t != jax.sharding.AxisType.Auto for t in mesh.axis_types):
+        return x  # Explicit meshes carry shardings in the types; Manual (shard_map) bodies are per-device
     spec = _ACTIVE_RULES.get().activation_spec(names, x.shape, mesh)
     return jax.lax.with_sharding_constraint(x, spec)
 
