@@ -15,6 +15,7 @@ SANDBOX_LEVELS = ("auto", "gvisor", "bwrap", "process")
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the environment commands to the `spade-jax` parser."""
     _register_validate_env(subparsers)
+    _register_env_run(subparsers)
 
 
 # ------------------------------------------------------------------------------------------ validate-env
@@ -107,3 +108,118 @@ def _print_verdict(file: str, verdict) -> None:
         facts.append(f"{d['seconds']:.2f} s, {d.get('calls', 0)} calls")
     if facts:
         print("  " + "; ".join(facts))
+
+
+# ------------------------------------------------------------------------------------------------ env-run
+
+
+def _register_env_run(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "env-run",
+        help="play given actions in an environment program inside the sandbox",
+        description="Loads FILE in a sandboxed worker, resets it and plays the --actions in order, printing "
+        "each transition (observation, reward, terminated, truncated, info) or the structured failure. "
+        "Exit 0 when every call succeeded.",
+    )
+    p.add_argument("file", help="environment source (.py)")
+    p.add_argument("--actions", action="append", default=[], metavar="A", help="an action (repeat for more)")
+    p.add_argument("--seed", type=int, default=None, help="seed passed to reset()")
+    p.add_argument("--sandbox", choices=SANDBOX_LEVELS, default="auto", help="isolation level (default: auto)")
+    p.add_argument("--max-turns", type=int, default=None, help="max_turns the environment is built with")
+    p.add_argument("--call-timeout", type=float, default=None, help="seconds per env call (default 5)")
+    p.add_argument("--hint", action="store_true", help="also print the environment's hint()")
+    p.add_argument("--json", action="store_true", help="one JSON object per line")
+    p.set_defaults(func=_env_run)
+
+
+def _env_run(args: argparse.Namespace) -> int:
+    import sys
+
+    from spade_jax.envs.host_pool import HostPool
+    from spade_jax.envs.sandbox import SandboxConfig, SandboxUnavailable
+
+    source = _read_source(args.file)
+    sandbox_kwargs: dict = {"level": args.sandbox}
+    if args.call_timeout is not None:
+        if args.call_timeout <= 0:
+            raise ValueError(f"--call-timeout must be > 0, got {args.call_timeout}")
+        sandbox_kwargs["call_timeout_s"] = args.call_timeout
+    env_kwargs = {} if args.max_turns is None else {"max_turns": args.max_turns}
+    try:
+        pool = HostPool(num_workers=1, sandbox=SandboxConfig(**sandbox_kwargs))
+    except SandboxUnavailable as e:
+        print(f"spade-jax env-run: error: {e}", file=sys.stderr)
+        return 2
+    emit = _emit_json if args.json else _emit_text
+    failed = False
+    try:
+        with pool.open(source, env_kwargs=env_kwargs) as session:
+            load = session.load_result
+            emit({"event": "load", "sandbox": pool.level, **_result_fields(load, None)})
+            calls = [("reset", None, lambda: session.reset(args.seed))]
+            calls += [("hint", None, session.hint)] if args.hint else []
+            calls += [("step", a, lambda a=a: session.step(a)) for a in args.actions]
+            if not load.ok:
+                return 1
+            for i, (event, action, fn) in enumerate(calls):
+                result = fn()
+                record = {"event": event, **({"action": action} if event == "step" else {})}
+                if event == "reset":
+                    record["seed"] = args.seed
+                emit({**record, **_result_fields(result, event)})
+                if not result.ok:
+                    failed = True
+                    break
+                if event == "step" and isinstance(result.value, list) and len(result.value) == 5:
+                    if result.value[2] or result.value[3]:
+                        left = sum(1 for c in calls[i + 1 :] if c[0] == "step")
+                        emit({"event": "end", "reason": "terminated" if result.value[2] else "truncated",
+                              "unplayed_actions": left})  # fmt: skip
+                        break
+    finally:
+        pool.close()
+    return 1 if failed else 0
+
+
+def _result_fields(result, event: str | None) -> dict:
+    if not result.ok:
+        return {"ok": False, "error": result.error, "message": result.message, "traceback": result.traceback}
+    v = result.value
+    if event == "reset" and isinstance(v, list) and len(v) == 2:
+        return {"ok": True, "observation": v[0], "info": v[1]}
+    if event == "step" and isinstance(v, list) and len(v) == 5:
+        keys = ("observation", "reward", "terminated", "truncated", "info")
+        return {"ok": True, **dict(zip(keys, v))}
+    if event == "hint":
+        return {"ok": True, "hint": v}
+    return {"ok": True, "value": v}
+
+
+def _emit_json(record: dict) -> None:
+    print(json.dumps(record, ensure_ascii=False), flush=True)
+
+
+def _emit_text(record: dict) -> None:
+    event = record["event"]
+    if event == "end":
+        print(f"episode {record['reason']} ({record['unplayed_actions']} action(s) not played)")
+        return
+    head = f"[{event}]" + (f" {record['action']!r}" if "action" in record else "")
+    if not record.get("ok", True):
+        print(f"{head} FAILED {record['error']}: {record['message']}")
+        if record.get("traceback"):
+            print("  " + record["traceback"].rstrip().replace("\n", "\n  "))
+        return
+    if event == "load":
+        v = record.get("value") or {}
+        methods = ", ".join(v.get("methods", []))
+        print(f"{head} {v.get('env_class')} in sandbox {record['sandbox']} (methods: {methods})")
+    elif event == "reset":
+        print(f"{head} seed={record['seed']}\n{record['observation']}\n  info: {json.dumps(record['info'])}")
+    elif event == "hint":
+        print(f"{head} {record['hint']}")
+    elif event == "step":
+        print(f"{head} reward={record['reward']} terminated={record['terminated']} truncated={record['truncated']}")
+        print(f"{record['observation']}\n  info: {json.dumps(record['info'])}")
+    else:
+        print(f"{head} {json.dumps(record.get('value'))}")

@@ -1,0 +1,407 @@
+"""Sandbox launchers for environment workers: gVisor (`runsc`), bubblewrap, or a plain process.
+
+Every level starts the same stdlib-only worker (`spade_jax.envs.worker`) with a clean environment. The
+filesystem view of `gvisor` and `bwrap` is: the interpreter and /usr read-only, the `spade_jax` package
+read-only at /opt/spade, a private size-capped /tmp, /proc of its own PID namespace, no network, and
+nothing of the project tree, the run directory or the home directory. The episode process inside runs
+as a fresh unprivileged uid (so RLIMIT_NPROC binds) with rlimits on memory, CPU, files and processes.
+`process` is the last resort: no filesystem or network isolation, only rlimits and the uid switch.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from spade_jax.envs import protocol
+
+log = logging.getLogger(__name__)
+
+LEVELS = ("gvisor", "bwrap", "process")
+PKG_ROOT_IN_SANDBOX = "/opt/spade"
+_BOOT = "import sys; sys.path[0:1] = [{root!r}]; from spade_jax.envs.worker import main; main(sys.argv[1])"
+_TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")
+
+
+@dataclass
+class SandboxConfig:
+    """Isolation level and per-environment limits (all enforced for every level)."""
+
+    level: str = "auto"  # gvisor | bwrap | process | auto (strongest that really works here)
+    call_timeout_s: float = 5.0  # wall clock per call; past it the episode is killed
+    load_timeout_s: float = 10.0  # wall clock for loading + constructing the environment
+    memory_mb: int = 512  # RLIMIT_AS of the episode process
+    cpu_seconds: int = 60  # RLIMIT_CPU of the episode process (a whole session)
+    max_open_files: int = 64
+    max_file_mb: int = 16  # RLIMIT_FSIZE
+    max_processes: int = 32  # RLIMIT_NPROC for the episode's own uid
+    max_return_bytes: int = 65536  # JSON bytes one call may return
+    tmp_mb: int = 64  # size of the private /tmp (gvisor, bwrap)
+    start_timeout_s: float = 30.0  # sandbox start until the worker says ready
+    max_source_bytes: int = 2_000_000
+    python: str | None = None  # interpreter inside the sandbox; default: this one's base executable
+    runsc_flags: tuple[str, ...] = field(default_factory=tuple)  # e.g. ("--platform=kvm",)
+
+    def __post_init__(self) -> None:
+        if self.level not in (*LEVELS, "auto"):
+            raise ValueError(f"sandbox level must be one of gvisor, bwrap, process, auto; got {self.level!r}")
+        if self.call_timeout_s <= 0 or self.load_timeout_s <= 0:
+            raise ValueError("sandbox timeouts must be > 0")
+
+
+class SandboxUnavailable(RuntimeError):
+    """The requested sandbox level cannot run on this machine."""
+
+
+# --------------------------------------------------------------------------------------------- processes
+
+
+class SandboxProcess:
+    """One running sandbox with its worker: the channel fds, a stderr tail, and kill()."""
+
+    def __init__(self, popen: subprocess.Popen, level: str, on_kill=None):
+        self.popen, self.level, self._on_kill = popen, level, on_kill
+        self.stdin_fd = popen.stdin.fileno()
+        self.reader = protocol.FrameReader(popen.stdout.fileno())
+        self._tail = bytearray()
+        self._lock = threading.Lock()
+        self._killed = False
+        threading.Thread(target=self._drain, name="sandbox-stderr", daemon=True).start()
+
+    def _drain(self) -> None:
+        try:
+            while chunk := os.read(self.popen.stderr.fileno(), 65536):
+                self._tail = (self._tail + chunk)[-4096:]
+        except (OSError, ValueError):
+            pass
+
+    def stderr_tail(self) -> str:
+        """Last lines the sandbox runtime or the worker wrote to stderr (diagnostics)."""
+        return bytes(self._tail).decode("utf-8", "replace").strip()
+
+    def alive(self) -> bool:
+        return not self._killed and self.popen.poll() is None
+
+    def kill(self) -> None:
+        """Kills the whole sandbox (runtime, worker, every process inside). Idempotent."""
+        with self._lock:
+            if self._killed:
+                return
+            self._killed = True
+        pid = self.popen.pid
+        for child in _children_of(pid):  # runsc's sandbox/gofer run in sessions of their own
+            _signal(child, signal.SIGKILL)
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        try:
+            self.popen.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            log.warning("sandbox process %d did not exit after SIGKILL", pid)
+        for f in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
+            try:
+                f.close()
+            except OSError:
+                pass
+        if self._on_kill:
+            self._on_kill()
+
+
+def _signal(pid: int, sig: int) -> None:
+    try:
+        os.kill(pid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def _children_of(pid: int) -> list[int]:
+    out = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                stat = Path(f"/proc/{name}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                out.append(int(name))
+    return out
+
+
+def _kill_uid(uid: int, python: str) -> None:
+    """Kills every host process of `uid` (the process level has no PID namespace to do it for us)."""
+    code = (
+        "import os, time\nfor _ in range(3):\n try: os.kill(-1, 9)\n"
+        " except ProcessLookupError: break\n time.sleep(0.001)\n"
+    )
+    try:
+        subprocess.run([python, "-S", "-c", code], user=uid, group=uid, extra_groups=[], timeout=10, check=False)
+    except (OSError, subprocess.SubprocessError) as e:
+        log.warning("could not clean up processes of uid %d: %s", uid, e)
+
+
+# ---------------------------------------------------------------------------------------------- launcher
+
+
+def _base_python() -> str:
+    exe = getattr(sys, "_base_executable", None) or sys.executable
+    return os.path.realpath(exe)
+
+
+def _world_traversable(path: str) -> bool:
+    p = Path(path).resolve()
+    return all(os.stat(d).st_mode & 0o001 for d in p.parents) and bool(os.stat(p).st_mode & 0o004)
+
+
+def _python_for_other_uids(python: str) -> str | None:
+    """An interpreter of the same version that an unprivileged uid can run with its stdlib, or None."""
+    prefix = str(Path(python).resolve().parent.parent)
+    if _world_traversable(os.path.join(prefix, "lib")):
+        return python
+    name = f"python{sys.version_info.major}.{sys.version_info.minor}"
+    for d in ("/usr/bin", "/usr/local/bin"):
+        cand = os.path.join(d, name)
+        if os.access(cand, os.X_OK) and _world_traversable(cand):
+            return cand
+    return None
+
+
+class Launcher:
+    """Starts sandboxed workers of one level; owns a private temp dir (gVisor bundles and state, tmp dirs)."""
+
+    def __init__(self, config: SandboxConfig, level: str):
+        if level not in LEVELS:
+            raise ValueError(f"unknown sandbox level {level!r}")
+        self.config, self.level = config, level
+        self.python = config.python or _base_python()
+        self.is_root = os.geteuid() == 0
+        self.drop_uid = self.is_root or level == "gvisor"
+        if level == "process" and self.is_root:
+            usable = _python_for_other_uids(self.python)
+            if usable is None:
+                log.warning("process sandbox: no interpreter an unprivileged uid can read; env runs as root")
+                self.drop_uid = False
+            else:
+                self.python = usable
+        import spade_jax
+
+        self.pkg_dir = str(Path(spade_jax.__file__).resolve().parent)
+        self.dir = tempfile.mkdtemp(prefix=f"spade-sandbox-{level}-")
+        os.chmod(self.dir, 0o711)
+        self._mounts = self._ro_mounts() if level != "process" else []
+        if level == "gvisor":
+            self._make_rootfs()
+
+    def close(self) -> None:
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # filesystem view ------------------------------------------------------------------------------
+    def _ro_mounts(self) -> list[tuple[str, str]]:
+        """(host path, sandbox path) read-only binds: /usr, real top-level dirs, interpreter, package."""
+        mounts = [("/usr", "/usr")]
+        for name in _TOP_LINKS:
+            host = f"/{name}"
+            if os.path.isdir(host) and not os.path.islink(host):
+                mounts.append((host, host))
+        prefix = str(Path(self.python).resolve().parent.parent)
+        if not any(prefix == src or prefix.startswith(src + "/") for src, _ in mounts):
+            mounts.append((prefix, prefix))  # same path: the interpreter finds libpython through its RPATH
+        mounts.append((self.pkg_dir, f"{PKG_ROOT_IN_SANDBOX}/spade_jax"))
+        return mounts
+
+    def _links(self) -> list[tuple[str, str]]:
+        return [(os.readlink(f"/{n}"), f"/{n}") for n in _TOP_LINKS if os.path.islink(f"/{n}")]
+
+    def _make_rootfs(self) -> None:
+        root = Path(self.dir, "rootfs")
+        for sub in ("proc", "dev", "tmp", *(dst.lstrip("/") for _, dst in self._mounts)):
+            (root / sub).mkdir(parents=True, exist_ok=True)
+        for target, name in self._links():
+            os.symlink(target, root / name.lstrip("/"))
+        for d in [root, *root.rglob("*")]:
+            if d.is_dir() and not d.is_symlink():
+                os.chmod(d, 0o755)
+
+    # worker config --------------------------------------------------------------------------------------
+    def _worker_config(self, uid: int | None, tmp: str) -> dict:
+        c = self.config
+        return {
+            **{k: v for k, v in asdict(c).items() if k not in ("python", "runsc_flags", "level")},
+            "uid": uid,
+            "tmp": tmp,
+            "pidns": self.level != "process",
+            "max_request_bytes": c.max_source_bytes + 65536,
+        }
+
+    def _env(self, tmp: str) -> dict[str, str]:
+        return {"PATH": "/usr/bin:/bin", "LANG": "C.UTF-8", "PYTHONHASHSEED": "0", "HOME": tmp, "TMPDIR": tmp}
+
+    def _argv(self, root: str, cfg: dict) -> list[str]:
+        return [self.python, "-S", "-s", "-B", "-c", _BOOT.format(root=root), json.dumps(cfg)]
+
+    # launch -----------------------------------------------------------------------------------------------
+    def launch(self) -> SandboxProcess:
+        """Starts one sandbox; the caller reads the worker's ready frame from `proc.reader`."""
+        uid = 1 << 20 | secrets.randbelow(1 << 29) if self.drop_uid else None
+        return getattr(self, f"_launch_{self.level}")(uid)
+
+    def _popen(self, argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
+        return subprocess.Popen(
+            argv,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env=env,
+            cwd=cwd or self.dir,
+            start_new_session=True,
+            close_fds=True,
+        )
+
+    def _launch_process(self, uid: int | None) -> SandboxProcess:
+        tmp = tempfile.mkdtemp(prefix="tmp-", dir=self.dir)
+        if uid is not None:
+            os.chown(tmp, uid, uid)
+        root = str(Path(self.pkg_dir).parent)
+        popen = self._popen(self._argv(root, self._worker_config(uid, tmp)), self._env(tmp), cwd=tmp)
+
+        def cleanup() -> None:
+            if uid is not None:
+                _kill_uid(uid, self.python)
+            shutil.rmtree(tmp, ignore_errors=True)
+
+        return SandboxProcess(popen, "process", cleanup)
+
+    def _launch_bwrap(self, uid: int | None) -> SandboxProcess:
+        argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
+        if self.is_root:  # no user namespace: it would map the sandbox to host root, where NPROC never binds
+            argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            argv += ["--cap-add", "CAP_KILL"]
+        else:
+            argv += ["--unshare-user"]
+        argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        made: set[str] = set()
+        for src, dst in self._mounts:
+            for parent in reversed(Path(dst).parents):
+                p = str(parent)
+                if p != "/" and p not in made:
+                    made.add(p)
+                    argv += ["--perms", "0755", "--dir", p]
+            argv += ["--ro-bind", src, dst]
+        for target, name in self._links():
+            argv += ["--symlink", target, name]
+        argv += ["--proc", "/proc", "--dev", "/dev"]
+        argv += ["--perms", "1777", "--size", str(self.config.tmp_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
+        argv += ["--", *self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uid, "/tmp"))]
+        return SandboxProcess(self._popen(argv, self._env("/tmp")), "bwrap")
+
+    def _launch_gvisor(self, uid: int | None) -> SandboxProcess:
+        cid = f"spade-{os.getpid()}-{secrets.token_hex(6)}"
+        bundle = Path(self.dir, cid)
+        bundle.mkdir()
+        state = bundle / "state"
+        state.mkdir()
+        caps = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL"]
+        mounts = [{"destination": "/proc", "type": "proc", "source": "proc"}]
+        mounts += [{"destination": d, "type": "bind", "source": s, "options": ["ro", "rbind"]} for s, d in self._mounts]
+        tmp_opts = ["mode=1777", f"size={self.config.tmp_mb}m"]
+        mounts.append({"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": tmp_opts})
+        spec = {
+            "ociVersion": "1.0.0",
+            "process": {
+                "user": {"uid": 0, "gid": 0},
+                "args": self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uid, "/tmp")),
+                "env": [f"{k}={v}" for k, v in self._env("/tmp").items()],
+                "cwd": "/tmp",
+                "terminal": False,
+                "noNewPrivileges": True,
+                "capabilities": {k: caps for k in ("bounding", "effective", "permitted")},
+                "rlimits": [{"type": "RLIMIT_NOFILE", "hard": 1024, "soft": 1024}],
+            },
+            "root": {"path": str(Path(self.dir, "rootfs")), "readonly": True},
+            "hostname": "sandbox",
+            "mounts": mounts,
+            "linux": {"namespaces": [{"type": t} for t in ("pid", "network", "ipc", "uts", "mount")]},
+        }
+        (bundle / "config.json").write_text(json.dumps(spec))
+        argv = ["runsc", "--root", str(state), "--rootless", "--network=none", "--ignore-cgroups"]
+        argv += [*self.config.runsc_flags, "run", "--bundle", str(bundle), cid]
+        popen = self._popen(argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
+        return SandboxProcess(popen, "gvisor", lambda: shutil.rmtree(bundle, ignore_errors=True))
+
+
+# ----------------------------------------------------------------------------------------------- detection
+
+_detected: dict[tuple, str] = {}
+_detect_lock = threading.Lock()
+
+
+def start_worker(launcher: Launcher) -> tuple[SandboxProcess, dict]:
+    """Launches one sandbox and waits for its worker's ready frame; raises SandboxUnavailable on failure."""
+    proc = launcher.launch()
+    try:
+        ready = proc.reader.read(time.monotonic() + launcher.config.start_timeout_s, 1 << 20)
+    except protocol.ChannelError as e:
+        proc.kill()
+        tail = proc.stderr_tail().splitlines()[-3:]
+        raise SandboxUnavailable(f"{launcher.level} sandbox did not start ({e}): {' | '.join(tail)}") from None
+    if not (isinstance(ready, dict) and ready.get("ok")):
+        proc.kill()
+        raise SandboxUnavailable(f"{launcher.level} sandbox sent a bad ready frame: {ready!r:.200}")
+    return proc, ready["value"]
+
+
+def _probe(level: str, config: SandboxConfig) -> str | None:
+    """None when `level` really starts a worker here, else why not."""
+    binary = {"gvisor": "runsc", "bwrap": "bwrap"}.get(level)
+    if binary and shutil.which(binary) is None:
+        return f"`{binary}` is not installed"
+    launcher = Launcher(config, level)
+    try:
+        proc, facts = start_worker(launcher)
+        proc.kill()
+        if not facts.get("base_importable"):
+            return "the worker cannot import spade_jax.envs.base inside the sandbox"
+        return None
+    except (SandboxUnavailable, OSError) as e:
+        return str(e)
+    finally:
+        launcher.close()
+
+
+def detect_level(level: str = "auto", config: SandboxConfig | None = None) -> str:
+    """The level in force: `level` if it really works here (else SandboxUnavailable), or for `auto` the
+    strongest of gvisor > bwrap > process that starts a worker. Detected once per process and logged."""
+    config = config or SandboxConfig()
+    if level not in (*LEVELS, "auto"):
+        raise ValueError(f"sandbox level must be one of gvisor, bwrap, process, auto; got {level!r}")
+    key = (level, config.python or _base_python())
+    with _detect_lock:
+        if key in _detected:
+            return _detected[key]
+        reasons = []
+        for cand in LEVELS if level == "auto" else (level,):
+            why = _probe(cand, config)
+            if why is None:
+                if cand == "process":
+                    log.warning(
+                        "SANDBOX LEVEL 'process': environment code runs as a plain subprocess with rlimits "
+                        "only, no filesystem or network isolation%s",
+                        f" ({'; '.join(reasons)})" if reasons else "",
+                    )
+                else:
+                    log.info("sandbox level in force: %s", cand)
+                _detected[key] = cand
+                return cand
+            reasons.append(f"{cand}: {why}")
+        raise SandboxUnavailable(f"sandbox level {level!r} does not work here: {'; '.join(reasons)}")

@@ -1,0 +1,560 @@
+"""The environment worker: runs INSIDE the sandbox and serves one environment at a time to the host pool.
+
+STANDARD LIBRARY ONLY, and nothing from spade_jax except what environment code itself imports
+(`spade_jax.envs.base`). Started as `python -S -s -B -c BOOT CONFIG_JSON` by `sandbox.py`.
+
+Two processes per sandbox:
+  * the zygote (this module's `main`): trusted, never runs environment code. It owns the host channel
+    (framed JSON on the original stdin/stdout, moved to private fds; fds 0/1 then point at /dev/null so
+    prints cannot corrupt it), keeps common modules imported, and forks one *episode process* per session.
+  * the episode process: drops to an unprivileged uid, applies the rlimits, loads the source in a fresh
+    module, constructs the env and answers calls. The zygote relays each call to it, enforces the
+    per-call deadline (SIGKILL), caps and validates the reply bytes, and after the session kills every
+    process of that uid and empties the private tmp. Episodes sharing a worker therefore share nothing:
+    replaced builtins, leftover threads, children and tmp files all die with the session.
+
+Frame: 4-byte big-endian length, then UTF-8 JSON (host side: `spade_jax.envs.protocol`).
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import os
+import select
+import signal
+import struct
+import sys
+import time
+
+HEADER = struct.Struct(">I")
+ENV_FILENAME = "<environment>"
+ENV_MODULE = "environment"
+CALLABLE = ("reset", "step", "hint", "reference_action", "random_action", "metadata")
+ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
+PRELOAD = (
+    "random math re itertools collections json string dataclasses heapq functools fractions typing "
+    "statistics enum copy inspect traceback linecache textwrap abc operator bisect decimal datetime "
+    "resource types"
+).split()
+ENVELOPE_BYTES = 32768  # room for message + traceback on top of max_return_bytes
+_isinstance, _len = isinstance, len  # environment code may replace the builtins
+
+
+# ------------------------------------------------------------------------------------------- framing
+
+
+# Default arguments bind the functions now: environment code may later replace module attributes.
+def send(fd: int, obj: object, _dumps=json.dumps) -> None:
+    """Writes one frame (blocking)."""
+    data = _dumps(obj, separators=(",", ":"), allow_nan=False).encode()
+    _write_all(fd, HEADER.pack(_len(data)) + data)
+
+
+def _write_all(fd: int, data: bytes, _write=os.write) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[_write(fd, view) :]
+
+
+def _read_exact(
+    fd: int, n: int, deadline: float | None, _read=os.read, _select=select.select, _now=time.monotonic
+) -> bytes | None:
+    """n bytes, None on EOF; raises TimeoutError past `deadline` (monotonic)."""
+    buf = bytearray()
+    while _len(buf) < n:
+        if deadline is not None:
+            left = deadline - _now()
+            if left <= 0 or not _select([fd], [], [], left)[0]:
+                raise TimeoutError
+        chunk = _read(fd, min(n - _len(buf), 1 << 20))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_raw(fd: int, limit: int, deadline: float | None = None) -> bytes | None:
+    """One frame's body; None on EOF; ValueError when the frame exceeds `limit`."""
+    head = _read_exact(fd, HEADER.size, deadline)
+    if head is None:
+        return None
+    (size,) = HEADER.unpack(head)
+    if size > limit:
+        raise ValueError(f"reply of {size} bytes exceeds the {limit}-byte limit")
+    return _read_exact(fd, size, deadline)
+
+
+def fail(error: str, message: str, tb: str = "") -> dict:
+    return {"ok": False, "error": error, "message": message[:500], "traceback": tb[-8000:]}
+
+
+# ----------------------------------------------------------------------------------- episode process
+
+
+class Episode:
+    """Runs inside the forked, unprivileged episode process: loads one env and answers calls."""
+
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.env = None
+        self.reserve = bytearray(1 << 20)  # freed on MemoryError so the report itself can be built
+        import inspect
+        import linecache
+        import random
+        import traceback
+
+        # Keep private references: environment code may replace the module attributes later.
+        self.inspect, self.linecache, self.random, self.traceback = inspect, linecache, random, traceback
+        self.dumps, self.loads, self.send = json.dumps, json.loads, send
+
+    def serve(self, rfd: int, wfd: int) -> None:
+        limit = self.cfg["max_request_bytes"]
+        while True:
+            raw = recv_raw(rfd, limit)
+            if raw is None:
+                os._exit(0)
+            msg = self.loads(raw)
+            reply = self.handle(msg)
+            self.send(wfd, reply) if _isinstance(reply, dict) else _write_all(wfd, reply)
+
+    def handle(self, msg: dict):
+        what = msg.get("method", "load") + "()"
+        try:
+            if msg["op"] == "load":
+                value = self.load(msg["source"], msg.get("kwargs") or {})
+            else:
+                value = self.call(msg["method"], msg.get("args") or [])
+        except MemoryError:
+            self.reserve = None
+            return fail("memory", f"{what} ran out of memory (limit {self.cfg['memory_mb']} MB)")
+        except _Missing as e:
+            return fail("exception", str(e))
+        except BaseException as e:  # SystemExit, KeyboardInterrupt included: all are the env's fault
+            kind = "load_error" if msg["op"] == "load" else "exception"
+            return fail(kind, self.one_line(e), self.format_tb(e))
+        return self.encode(what, value)
+
+    def encode(self, what: str, value: object) -> bytes | dict:
+        try:
+            data = self.dumps({"ok": True, "value": value}, separators=(",", ":"), allow_nan=False)
+        except MemoryError:
+            self.reserve = None
+            return fail("memory", f"{what} return value ran out of memory while being encoded")
+        except (TypeError, ValueError, RecursionError, OverflowError) as e:
+            return fail("bad_return", f"{what} returned a value that is not JSON-safe: {self.one_line(e)}")
+        except BaseException as e:
+            return fail("bad_return", f"{what} return value could not be encoded: {self.one_line(e)}")
+        body = data.encode("utf-8", "surrogatepass")
+        cap, size = self.cfg["max_return_bytes"], _len(body)
+        if size > cap:
+            return fail("bad_return", f"{what} returned {size} bytes of JSON (limit {cap})")
+        return HEADER.pack(size) + body
+
+    def one_line(self, e: BaseException) -> str:
+        try:
+            text = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+        except BaseException:
+            text = type(e).__name__
+        return " ".join(text.split())[:400]
+
+    def format_tb(self, e: BaseException) -> str:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next  # hide the worker's own frames
+        try:
+            return "".join(self.traceback.format_exception(type(e), e, tb))
+        except BaseException:
+            return self.one_line(e)
+
+    def load(self, source: str, kwargs: dict) -> dict:
+        import types
+
+        self.linecache.cache[ENV_FILENAME] = (len(source), None, source.splitlines(True), ENV_FILENAME)
+        module = types.ModuleType(ENV_MODULE)
+        module.__file__ = ENV_FILENAME
+        sys.modules[ENV_MODULE] = module  # dataclasses and typing look the module up by name
+        exec(compile(source, ENV_FILENAME, "exec"), module.__dict__)
+        cls = self.find_class(module)
+        kwargs, dropped = self.fit_kwargs(cls, kwargs)
+        self.env = cls(**kwargs)
+        methods = [m for m in CALLABLE[2:] if callable(getattr(self.env, m, None))]
+        return {"env_class": cls.__name__, "methods": methods, "dropped_kwargs": dropped}
+
+    def find_class(self, module) -> type:
+        named = module.__dict__.get("ENV_CLASS")
+        if isinstance(named, str):
+            named = module.__dict__.get(named)
+            if not isinstance(named, type):
+                raise LookupError(f"ENV_CLASS names {module.ENV_CLASS!r}, which is not a class in the file")
+        if isinstance(named, type):
+            return named
+        cands = [
+            v
+            for v in list(module.__dict__.values())
+            if isinstance(v, type) and v.__module__ == ENV_MODULE
+            and callable(getattr(v, "reset", None)) and callable(getattr(v, "step", None))
+        ]  # fmt: skip
+        leaves = [c for c in cands if not any(d is not c and issubclass(d, c) for d in cands)]
+        leaves = [c for c in leaves if not self.inspect.isabstract(c)] or leaves
+        if len(leaves) == 1:
+            return leaves[0]
+        if not leaves:
+            raise LookupError("no environment class: define a class with reset() and step()")
+        names = ", ".join(c.__name__ for c in leaves)
+        raise LookupError(f"{len(leaves)} environment classes ({names}); set ENV_CLASS = '<name>'")
+
+    def fit_kwargs(self, cls: type, kwargs: dict) -> tuple[dict, list]:
+        try:
+            params = self.inspect.signature(cls).parameters
+        except (TypeError, ValueError):
+            return kwargs, []
+        if any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return kwargs, []
+        kept = {k: v for k, v in kwargs.items() if k in params}
+        return kept, sorted(set(kwargs) - set(kept))
+
+    def call(self, method: str, args: list):
+        if self.env is None:
+            raise _Missing("no environment is loaded")
+        if method not in CALLABLE:
+            raise _Missing(f"method {method!r} is not allowed")
+        fn = getattr(self.env, method, None)
+        if not callable(fn):
+            if method == "hint":
+                return None
+            raise _Missing(f"AttributeError: environment has no method {method!r}")
+        if method == "reset":
+            seed = args[0] if args else None
+            if seed is not None:
+                self.random.seed(seed)  # envs that use the global `random` are reproducible too
+            return self.call_reset(fn, seed)
+        return fn(*args)
+
+    def call_reset(self, fn, seed):
+        try:
+            params = self.inspect.signature(fn).parameters
+        except (TypeError, ValueError):
+            return fn(seed=seed)
+        if "seed" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
+            return fn(seed=seed)
+        return fn(seed) if params and seed is not None else fn()
+
+
+class _Missing(Exception):
+    """A call the env cannot answer (no such method, nothing loaded)."""
+
+
+# ---------------------------------------------------------------------------------------------- zygote
+
+
+class Zygote:
+    """Trusted side of the sandbox: relays host requests to the current episode process."""
+
+    def __init__(self, cfg: dict, rfd: int, wfd: int):
+        self.cfg, self.rfd, self.wfd = cfg, rfd, wfd
+        self.child: tuple[int, int, int] | None = None  # (pid, to_child_fd, from_child_fd)
+        self.spare: tuple[int, int, int] | None = None
+        self.dead = "no environment is loaded"  # why the current session cannot answer
+        self.dirty = False
+
+    # episode processes -------------------------------------------------------------------------------
+    def fork_episode(self) -> tuple[int, int, int]:
+        gc.freeze()  # keep the collector off the zygote's objects: fewer copy-on-write page faults
+        to_r, to_w = os.pipe()
+        from_r, from_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # episode process
+            try:
+                self.become_episode(to_r, from_w)
+            finally:
+                os._exit(70)
+        os.close(to_r)
+        os.close(from_w)
+        return pid, to_w, from_r
+
+    def become_episode(self, rfd: int, wfd: int) -> None:
+        import resource
+
+        cfg = self.cfg
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_DFL)
+        os.setsid()
+        keep = sorted({0, 1, 2, rfd, wfd})
+        for lo, hi in zip(keep, keep[1:] + [65536]):  # close the host channel and everything else
+            os.closerange(lo + 1, hi)
+        null = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        os.close(null)
+        mb = 1 << 20
+        limits = [
+            (resource.RLIMIT_AS, cfg["memory_mb"] * mb),
+            (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
+            (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
+            (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
+            (resource.RLIMIT_CORE, 0),
+        ]
+        if cfg.get("uid") is not None:  # RLIMIT_NPROC counts per uid: only meaningful for our own uid
+            limits.append((resource.RLIMIT_NPROC, cfg["max_processes"]))
+        for which, value in limits:
+            hard = value + 2 if which == resource.RLIMIT_CPU else value
+            resource.setrlimit(which, (value, hard))
+        if cfg.get("uid") is not None:
+            os.setgroups([])
+            os.setgid(cfg["uid"])
+            os.setuid(cfg["uid"])
+        os.chdir(cfg["tmp"])
+        os.environ.update(TMPDIR=cfg["tmp"], HOME=cfg["tmp"])
+        Episode(cfg).serve(rfd, wfd)
+
+    def take_child(self) -> tuple[int, int, int]:
+        spare, self.spare = self.spare, None
+        if spare is not None:
+            try:
+                if os.waitpid(spare[0], os.WNOHANG) == (0, 0):
+                    return spare
+            except ChildProcessError:
+                pass
+            self.close_fds(spare)
+        return self.fork_episode()
+
+    def close_fds(self, child) -> None:
+        for fd in child[1:]:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+    def kill_child(self, why: str) -> str:
+        """Kills the episode process; returns how it ended ('' when it was still running)."""
+        child, self.child = self.child, None
+        self.dead, self.dirty = why, True
+        if child is None:
+            return ""
+        pid = child[0]
+        status = None
+        for _ in range(20):  # a process that closed its channel is usually exiting: read its status
+            try:
+                got, st = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                break
+            if got:
+                status = st
+                break
+            if why != "eof":
+                break
+            time.sleep(0.005)
+        if status is None:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+            except (ProcessLookupError, ChildProcessError, PermissionError):
+                pass
+        self.close_fds(child)
+        return _describe(status)
+
+    def cleanup(self) -> None:
+        """After a session: no process of the episode uid survives, the private tmp is empty."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        self.reap()
+        if self.cfg.get("uid") is not None and (not self.cfg.get("pidns") or self.strays() or self.tmp_used()):
+            pid = os.fork()
+            if pid == 0:  # reaper: become the episode uid, kill all of its processes, empty tmp
+                try:
+                    os.setgroups([])
+                    os.setgid(self.cfg["uid"])
+                    os.setuid(self.cfg["uid"])
+                    for _ in range(3):  # zombies keep answering kill(): a few passes, not "until ESRCH"
+                        try:
+                            os.kill(-1, signal.SIGKILL)  # every process of this uid except ourselves
+                        except ProcessLookupError:
+                            break
+                        time.sleep(0.001)
+                    _empty_dir(self.cfg["tmp"])
+                finally:
+                    os._exit(0)
+            os.waitpid(pid, 0)
+        elif self.tmp_used():
+            _empty_dir(self.cfg["tmp"])
+        self.reap()
+
+    def reap(self) -> None:
+        spare = self.spare[0] if self.spare else None
+        while True:
+            try:
+                pid, _ = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            if pid == spare:
+                self.close_fds(self.spare)
+                self.spare = None
+
+    def strays(self) -> bool:
+        me = os.getpid()
+        return any(p.isdigit() and int(p) not in (1, me) for p in os.listdir("/proc"))
+
+    def tmp_used(self) -> bool:
+        try:
+            with os.scandir(self.cfg["tmp"]) as it:
+                return any(True for _ in it)
+        except OSError:
+            return False
+
+    # requests ------------------------------------------------------------------------------------------
+    def relay(self, msg: dict) -> bytes | dict:
+        """Forwards one request to the episode process and returns its checked reply."""
+        what = msg.get("method", "load") + "()"
+        if msg["op"] == "load":
+            if self.child is not None:
+                self.kill_child("replaced")
+                self.cleanup()
+            try:
+                self.child = self.take_child()
+            except OSError as e:
+                return fail("crashed", f"cannot start the episode process: {e}")
+            self.dead = ""
+        elif self.child is None:
+            return fail("crashed", f"{what}: the episode process is gone ({self.dead})")
+        pid, to_fd, from_fd = self.child
+        deadline = time.monotonic() + float(msg.get("timeout") or self.cfg["call_timeout_s"])
+        try:
+            _write_all(to_fd, HEADER.pack(len(msg["_raw"])) + msg["_raw"])
+            body = recv_raw(from_fd, self.cfg["max_return_bytes"] + ENVELOPE_BYTES, deadline)
+        except TimeoutError:
+            limit = float(msg.get("timeout") or self.cfg["call_timeout_s"])
+            self.kill_child(f"{what} timed out")
+            return fail("timeout", f"{what} did not return within {limit:g} s (killed)")
+        except ValueError as e:
+            self.kill_child(f"{what} sent an oversized reply")
+            return fail("bad_return", f"{what}: {e}")
+        except OSError as e:  # EPIPE: it died before reading
+            body = None
+            if not isinstance(e, BrokenPipeError):
+                return fail("crashed", f"{what}: channel error {e}")
+        if body is None:
+            how = self.kill_child("eof")
+            self.dead = f"it died during {what}"
+            if "CPU" in how:
+                return fail("timeout", f"{what} exceeded the CPU-time limit ({self.cfg['cpu_seconds']} s)")
+            return fail("crashed", f"{what}: the episode process died ({how or 'closed its channel'})")
+        problem = _check_reply(body)
+        if problem:
+            self.kill_child(f"{what} sent a malformed reply")
+            return fail("bad_return", f"{what}: {problem}")
+        return body
+
+    def serve(self) -> None:
+        send(self.wfd, {"ok": True, "value": _facts(self.cfg)})
+        while True:
+            self.cleanup()
+            if self.spare is None and self.child is None:
+                self.spare = self.fork_episode()
+            raw = recv_raw(self.rfd, self.cfg["max_request_bytes"])
+            if raw is None:
+                return
+            msg = json.loads(raw)
+            op = msg.get("op")
+            if op in ("load", "call"):
+                msg["_raw"] = raw
+                reply = self.relay(msg)
+            elif op == "end":
+                self.kill_child("the session ended")
+                reply = {"ok": True, "value": None}
+            elif op == "ping":
+                reply = {"ok": True, "value": _facts(self.cfg)}
+            else:
+                reply = fail("exception", f"unknown request {op!r}")
+            send(self.wfd, reply) if isinstance(reply, dict) else _write_all(self.wfd, HEADER.pack(len(reply)) + reply)
+
+
+def _check_reply(body: bytes) -> str:
+    """'' when `body` is a well-formed reply (checked here because the episode process is untrusted)."""
+
+    def no_constants(name: str):
+        raise ValueError(f"non-JSON number {name}")
+
+    try:
+        obj = json.loads(body, parse_constant=no_constants)
+    except (ValueError, RecursionError) as e:
+        return f"malformed reply from the episode process ({type(e).__name__})"
+    if not isinstance(obj, dict) or not isinstance(obj.get("ok"), bool):
+        return "malformed reply from the episode process"
+    if not obj["ok"] and obj.get("error") not in ERRORS:
+        return "malformed error reply from the episode process"
+    return ""
+
+
+def _describe(status: int | None) -> str:
+    if status is None:
+        return ""
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        name = {signal.SIGXCPU: "CPU-time limit", signal.SIGSEGV: "segmentation fault"}.get(sig, "")
+        try:
+            sname = signal.Signals(sig).name
+        except ValueError:
+            sname = f"signal {sig}"
+        return f"killed by {sname}" + (f", {name}" if name else "")
+    return f"exited with status {os.WEXITSTATUS(status)}"
+
+
+def _empty_dir(path: str) -> None:
+    import shutil
+
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path, ignore_errors=True)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _facts(cfg: dict) -> dict:
+    return {
+        "pid": os.getpid(),
+        "python": sys.version.split()[0],
+        "uid": cfg.get("uid"),
+        "base_importable": "spade_jax.envs.base" in sys.modules,
+    }
+
+
+def _take_channel() -> tuple[int, int]:
+    """Moves the host channel off fds 0/1 (which then point at /dev/null)."""
+    rfd, wfd = os.dup(0), os.dup(1)
+    null = os.open(os.devnull, os.O_RDWR)
+    os.dup2(null, 0)
+    os.dup2(null, 1)
+    os.close(null)
+    return rfd, wfd
+
+
+def main(config_json: str) -> None:
+    """Entry point inside the sandbox."""
+    cfg = json.loads(config_json)
+    rfd, wfd = _take_channel()
+    signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+    import importlib
+
+    for name in PRELOAD + ["spade_jax.envs.base"]:
+        try:
+            importlib.import_module(name)
+        except Exception:  # base may be absent in a partial checkout: the env's own import will say so
+            pass
+    try:
+        import site
+
+        site.setquit()  # exit()/quit() as under a normal interpreter (we run with -S)
+    except Exception:
+        pass
+    Zygote(cfg, rfd, wfd).serve()

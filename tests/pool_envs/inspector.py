@@ -1,0 +1,38 @@
+"""Looks around the sandbox from inside an episode: leftovers of earlier episodes must be gone."""
+
+import builtins
+import json
+import os
+import threading
+
+
+class Inspector:
+    def __init__(self, **kw):
+        pass
+
+    def reset(self, seed=None):
+        return "inspect", {}
+
+    def step(self, action):
+        procs = []
+        for pid in os.listdir("/proc"):
+            if pid.isdigit():
+                try:
+                    with open(f"/proc/{pid}/status") as f:
+                        fields = dict(line.split(":", 1) for line in f if ":" in line)
+                    procs.append([int(pid), int(fields["Uid"].split()[0]), fields["Name"].strip()])
+                except (OSError, KeyError, ValueError):
+                    pass
+        tmp = os.environ.get("TMPDIR", "/tmp")
+        facts = {
+            "tmp": sorted(os.listdir(tmp)),
+            "procs": procs,
+            "me": os.getpid(),
+            "uid": os.getuid(),
+            "threads": threading.active_count(),
+            "builtins_ok": len([1, 2, 3]) == 3 and isinstance(1, int) and builtins.open is open,
+            "print_ok": repr(print) == "<built-in function print>",
+            "json_ok": json.dumps({"a": 1}) == '{"a": 1}' and json.loads("[1]") == [1],
+            "write_ok": os.write.__name__ == "write",
+        }
+        return "inspected", 0.0, True, False, facts

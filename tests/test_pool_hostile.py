@@ -1,0 +1,326 @@
+"""Adversarial suite: every program in tests/hostile/ runs in a real sandbox (gvisor and bwrap levels).
+
+For each one we check the concrete harm on the HOST did not happen (files unchanged, sockets never
+reached, secrets never returned, no processes left over) and that the same one-worker pool then plays a
+well-behaved episode correctly and finds no leftovers of the hostile one inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import secrets
+import select
+import shutil
+import socket
+import struct
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from spade_jax.envs.host_pool import HostPool
+from spade_jax.envs.sandbox import SandboxConfig
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent
+HOSTILE = HERE / "hostile"
+ENVS = HERE / "pool_envs"
+# HOSTILE-MARKER-7f3a9c  <- a sandboxed read of this file would return this line
+MARKER = "HOSTILE-MARKER-" + "7f3a9c"
+ENV_SECRET = "env-secret-" + secrets.token_hex(8)
+os.environ["SPADE_HOSTILE_ENV_SECRET"] = ENV_SECRET  # before any sandbox starts: must never leak inside
+
+CALL_TIMEOUT = 1.5
+CONFIG = dict(call_timeout_s=CALL_TIMEOUT, load_timeout_s=2.0, memory_mb=128, tmp_mb=32)
+
+LEVELS = [
+    pytest.param("gvisor", marks=pytest.mark.skipif(not shutil.which("runsc"), reason="runsc (gVisor) not installed")),
+    pytest.param("bwrap", marks=pytest.mark.skipif(not shutil.which("bwrap"), reason="bwrap not installed")),
+]
+
+
+def _host_ipv4s() -> list[str]:
+    ips = {"127.0.0.1"}
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    for _, name in socket.if_nameindex():
+        try:
+            packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name[:15].encode()))  # SIOCGIFADDR
+            ips.add(socket.inet_ntoa(packed[20:24]))
+        except OSError:
+            pass
+    s.close()
+    return sorted(ips)
+
+
+def _digest(path: str | Path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+@pytest.fixture(scope="module")
+def host():
+    """Host-side bait: listening sockets, a secret in the home dir, files whose bytes must not change."""
+    tag = secrets.token_hex(6)
+    tcp = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    tcp.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    tcp.bind(("0.0.0.0", 0))
+    tcp.listen(8)
+    udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    udp.bind(("0.0.0.0", 0))
+    unix = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    unix.bind(f"\0spade-hostile-{tag}")
+    unix.listen(8)
+    home_secret = Path.home() / f".spade-hostile-secret-{tag}"
+    home_secret.write_text(f"TOP-SECRET-{tag}")
+    watched = [
+        REPO / "spade_jax" / "envs" / "worker.py",
+        REPO / "pyproject.toml",
+        os.path.realpath(shutil.which("python3") or "/usr/bin/python3"),
+    ]
+    ctx = {
+        "host_ips": _host_ipv4s(),
+        "tcp_port": tcp.getsockname()[1],
+        "udp_port": udp.getsockname()[1],
+        "abstract_name": f"spade-hostile-{tag}",
+        "home_secret": str(home_secret),
+        "project_files": [str(REPO / "pyproject.toml"), __file__],
+        "project_dir": str(REPO),
+        "write_targets": [
+            str(HOSTILE / f".pwned-{tag}"),
+            str(Path.home() / f".pwned-{tag}"),
+            f"/tmp/spade-pwned-{tag}",
+            f"/usr/local/spade-pwned-{tag}",
+        ],
+        "victim_file": str(watched[0]),
+        "host_pids": [os.getpid(), os.getppid()],
+    }
+    state = {"ctx": ctx, "tcp": tcp, "udp": udp, "unix": unix, "secret": f"TOP-SECRET-{tag}",
+             "digests": {str(p): _digest(p) for p in watched}}  # fmt: skip
+    yield state
+    for s in (tcp, udp, unix):
+        s.close()
+    home_secret.unlink(missing_ok=True)
+    for t in ctx["write_targets"]:
+        Path(t).unlink(missing_ok=True)
+
+
+@pytest.fixture(scope="module", params=LEVELS)
+def pool(request):
+    p = HostPool(num_workers=1, sandbox=SandboxConfig(level=request.param, **CONFIG))
+    assert p.level == request.param
+    yield p
+    p.close()
+
+
+def _uid_procs(uid: int) -> list[int]:
+    out = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                status = Path(f"/proc/{pid}/status").read_text()
+            except OSError:
+                continue
+            for line in status.splitlines():
+                if line.startswith("Uid:") and int(line.split()[1]) == uid:
+                    out.append(int(pid))
+    return out
+
+
+def _assert_host_unharmed(pool: HostPool, host: dict) -> None:
+    ctx = host["ctx"]
+    for sock in (host["tcp"], host["unix"]):
+        assert not select.select([sock], [], [], 0)[0], "a sandboxed program reached a host listening socket"
+    host["udp"].setblocking(False)
+    with pytest.raises(BlockingIOError):
+        data = host["udp"].recv(100)
+        pytest.fail(f"a sandboxed program sent a UDP datagram to the host: {data!r}")
+    for target in ctx["write_targets"]:
+        assert not os.path.exists(target), f"a sandboxed program wrote {target}"
+    for path, digest in host["digests"].items():
+        assert _digest(path) == digest, f"{path} changed"
+    assert Path(ctx["home_secret"]).read_text() == host["secret"]
+
+
+def _assert_pool_serves(pool: HostPool) -> None:
+    """A well-behaved episode in the same pool is correct, and finds no leftovers inside the sandbox."""
+    from spade_jax.envs.base import GameEnv  # noqa: F401  (the in-process reference imports it too)
+
+    src = (ENVS / "plain_walk.py").read_text()
+    ref = _in_process(src, seed=11, actions=["left", "right"])
+    with pool.open(src, env_kwargs={"max_turns": 10}) as s:
+        assert s.load_result.ok, s.load_result
+        got = [s.reset(11), s.step("left"), s.step("right")]
+        assert all(r.ok for r in got), got
+        assert [r.value for r in got] == ref
+    with pool.open((ENVS / "inspector.py").read_text()) as s:
+        assert s.reset().ok
+        facts = s.step("look").value[4]
+    assert facts["tmp"] == [], f"files of an earlier episode survived in tmp: {facts['tmp']}"
+    assert facts["threads"] == 1
+    assert facts["builtins_ok"] and facts["print_ok"] and facts["json_ok"] and facts["write_ok"]
+    others = [p for p in facts["procs"] if p[0] not in (1, facts["me"]) and p[1] == facts["uid"]]
+    assert others == [], f"processes of an earlier episode survived: {others}"
+    assert facts["uid"] != 0
+    if pool.level in ("bwrap", "process"):  # episode uids are real host uids here: nothing may linger
+        time.sleep(0.05)
+        assert len(_uid_procs(facts["uid"])) <= 1, "episode processes left on the host"  # 1: the next spare
+
+
+def _in_process(src: str, seed: int, actions: list[str]) -> list:
+    ns: dict = {"__name__": "reference"}
+    exec(compile(src, "reference", "exec"), ns)
+    cls = next(v for v in ns.values() if isinstance(v, type) and hasattr(v, "step") and v.__module__ == "reference")
+    env = cls(max_turns=10)
+    out = [list(env.reset(seed=seed))] + [list(env.step(a)) for a in actions]
+    return json.loads(json.dumps(out))
+
+
+# ---------------------------------------------------------------------------------------------- cases
+
+
+@dataclass
+class Case:
+    file: str
+    calls: list = field(default_factory=lambda: [("reset", 0), ("step", "go")])
+    expect: set = field(default_factory=lambda: {"ok"})  # allowed outcomes of the LAST call
+    check: object = None  # check(result, host) -> None
+
+
+def _obs(r) -> str:
+    return json.dumps(r.value) + r.message + r.traceback
+
+
+def _no_secret(r, host):
+    assert host["secret"] not in _obs(r)
+
+
+def _no_project(r, host):
+    text = _obs(r)
+    assert MARKER not in text and "[build-system]" not in text
+
+
+def _no_env_secret(r, host):
+    assert ENV_SECRET not in _obs(r)
+
+
+def _fs_view(r, host):
+    listing = r.value[4]["listing"]
+    assert not {"work", "etc", "home", "var"} & set(listing["/"]), listing["/"]
+    assert isinstance(listing["/work"], str) and isinstance(listing["/etc"], str)
+    assert listing["/root"] in ([".pyenv"], "error: No such file or directory"), listing["/root"]
+    assert listing["/opt/spade"] == ["spade_jax"]
+
+
+def _not_connected(r, host):
+    assert "connected" not in r.value[0].replace("not connected", "")
+
+
+def _flood_ok(r, host):
+    assert r.value == ["still fine", 1.0, True, False, {"flooded": True}]
+
+
+def _not_forged(r, host):
+    assert r.ok is False or r.value != "FORGED"
+
+
+def _no_root(r, host):
+    facts = r.value[4]
+    assert facts["euid_after"] != 0 and facts["setuid0"] != "ok" and facts["chroot"] != "ok"
+    assert facts["mount"] != 0 and facts["ptrace_parent"] != 0
+
+
+def _fd_limited(r, host):
+    assert r.value[4]["held"] <= 64
+
+
+def _is_systemexit(r, host):
+    assert "SystemExit" in r.message
+
+
+CASES = [
+    Case("net_tcp_host", check=_not_connected),
+    Case("net_udp_host"),
+    Case("net_abstract_unix", check=lambda r, h: r.value[0].startswith("failed")),
+    Case("net_dns_external", check=_not_connected),
+    Case("read_home_secret", check=_no_secret),
+    Case("read_project_files", check=_no_project),
+    Case("read_host_environ", check=_no_env_secret),
+    Case("list_filesystem", check=_fs_view),
+    Case("write_outside_tmp"),
+    Case("overwrite_existing"),
+    Case("fork_bomb", expect={"timeout", "crashed", "exception", "memory"}),
+    Case("memory_bomb", calls=[("reset", 0), ("step", "huge")], expect={"memory"}),
+    Case("memory_bomb", calls=[("reset", 0), ("step", "grow")], expect={"memory"}),
+    Case("cpu_spin", expect={"timeout"}),
+    Case("sleep_forever", expect={"timeout"}),
+    Case("stdout_flood", check=_flood_ok),
+    Case("return_flood", expect={"bad_return", "memory"}),
+    Case("return_deep_nesting", calls=[("reset", 0)], expect={"bad_return"}),
+    Case("return_deep_nesting", calls=[("step", "x")], expect={"bad_return", "crashed", "memory"}),
+    Case("non_serialisable", calls=[("reset", 0)], expect={"bad_return"}),
+    Case("non_serialisable", calls=[("step", "nan")], expect={"bad_return"}),
+    Case("non_serialisable", calls=[("step", "set")], expect={"bad_return"}),
+    Case("non_serialisable", calls=[("step", "gen")], expect={"bad_return"}),
+    Case("kill_parent", expect={"ok", "crashed", "exception"}),  # kill(-1) spares the caller itself
+    Case("kill_host_process"),
+    Case("ignore_signals", expect={"timeout"}),
+    Case("ctypes_crash", expect={"crashed"}),
+    Case("deep_recursion", expect={"crashed", "exception", "memory", "timeout"}),
+    Case("threads_left_running"),
+    Case("spawn_subprocesses"),
+    Case("sys_exit_in_step", expect={"exception"}, check=_is_systemexit),
+    Case("os_exit_in_step", expect={"crashed"}),
+    Case(
+        "replace_builtins",
+        calls=[("reset", 0), ("step", "x"), ("step", "y")],
+        expect={"ok", "bad_return", "crashed", "exception"},
+        check=_not_forged,
+    ),
+    Case(
+        "corrupt_channel",
+        calls=[("reset", 0), ("step", "x"), ("step", "y")],
+        expect={"ok", "bad_return", "crashed", "exception"},
+    ),
+    Case("file_size_bomb", expect={"exception"}),
+    Case("fd_exhaustion", check=_fd_limited),
+    Case("load_time_loop", calls=[], expect={"timeout"}),
+    Case("privilege_escalation", check=_no_root),
+    Case("exit_traps"),
+]
+
+
+def test_enough_hostile_programs():
+    files = {p.stem for p in HOSTILE.glob("*.py")}
+    assert len(files) >= 25
+    assert files == {c.file for c in CASES}, "every hostile program has a case and vice versa"
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.file}-{c.calls[-1][1] if c.calls else 'load'}")
+def test_hostile_program_is_contained(pool, host, case):
+    src = (HOSTILE / f"{case.file}.py").read_text()
+    t0 = time.monotonic()
+    session = pool.open(src, env_kwargs={"ctx": host["ctx"]})
+    results = [session.load_result]
+    for method, arg in case.calls:
+        results.append(session.reset(arg) if method == "reset" else session.step(arg))
+    session.close()
+    elapsed = time.monotonic() - t0
+    last = results[-1]
+    outcome = "ok" if last.ok else last.error
+    assert outcome in case.expect, f"{case.file}: got {last}"
+    assert all(r.ok or r.error in (None, *case.expect, "crashed", "bad_return") for r in results)
+    if outcome == "timeout":  # the per-call limit held: the zygote killed it, or the host killed the sandbox
+        assert elapsed < 2.0 + 2 * (CALL_TIMEOUT + 2.0), elapsed
+    if last.ok and case.check:
+        case.check(last, host)
+    elif case.check and "ok" in case.expect and case.expect == {"ok"}:
+        pytest.fail(f"{case.file}: expected ok, got {last}")
+    if outcome == "exception":
+        assert last.traceback or last.message
+    _assert_host_unharmed(pool, host)
+    _assert_pool_serves(pool)
+    assert os.getpid() and pool.stats["sessions"] > 0
