@@ -68,14 +68,20 @@ def _validate_env(args: argparse.Namespace) -> int:
     config = GateConfig(max_turns=args.max_turns)
     verdict = validate_static(source, config=config)
     if verdict.valid:  # start sandbox workers only for code worth running
+        import sys
+
         from spade_jax.envs.host_pool import HostPool
-        from spade_jax.envs.sandbox import SandboxConfig
+        from spade_jax.envs.sandbox import SandboxConfig, SandboxUnavailable
 
         sandbox_kwargs = {"level": args.sandbox}
         if args.call_timeout is not None:
             sandbox_kwargs["call_timeout_s"] = args.call_timeout
         archive = _seed_archive(verdict.source) if args.against_seeds else {}
-        pool = HostPool(num_workers=1, sandbox=SandboxConfig(**sandbox_kwargs))
+        try:
+            pool = HostPool(num_workers=1, sandbox=SandboxConfig(**sandbox_kwargs))
+        except SandboxUnavailable as e:
+            print(f"spade-jax validate-env: error: {e}", file=sys.stderr)
+            return 2
         try:
             verdict = validate(verdict.source, pool, archive=archive, config=config)
         finally:
