@@ -1,0 +1,95 @@
+"""`spade-jax selfplay`, `warmstart` and `export-hf`: the main job, its supervised warm start, and export."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import logging
+import sys
+from pathlib import Path
+
+
+def _add_run_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--preset", default="demo", help="run preset (demo, tiny, paper-qwen3-4b, ...)")
+    p.add_argument("--config", default=None, help="a saved config.json instead of a preset")
+    p.add_argument("--run-dir", default=None, help="run directory (default: runs/<preset>)")
+    p.add_argument("--resume", action="store_true", help="continue from the last finished checkpoint")
+    p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. loop.steps=8")
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("selfplay", help="run the self-play loop (designer + agent, regret, learner)")
+    _add_run_args(p)
+    p.set_defaults(func=_selfplay)
+
+    p = sub.add_parser("warmstart", help="supervised warm start on the seed library, saved as step 0 of a run")
+    _add_run_args(p)
+    p.set_defaults(func=_warmstart)
+
+    p = sub.add_parser("export-hf", help="write a run's latest checkpoint as a Hugging Face model directory")
+    p.add_argument("--run-dir", required=True)
+    p.add_argument("--out", required=True, help="output HF directory")
+    p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
+    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
+    p.set_defaults(func=_export_hf)
+
+
+def _resolve(args: argparse.Namespace):
+    from spade_jax.run_config import load_run_config
+
+    cfg = load_run_config(args.preset, args.overrides, config_file=args.config)
+    run_dir = Path(args.run_dir or f"runs/{args.preset}")
+    if args.resume and args.config is None and (run_dir / "config.json").exists():
+        # A resumed run keeps the configuration it was started with (plus any new overrides).
+        cfg = load_run_config(args.preset, args.overrides, config_file=run_dir / "config.json")
+    return cfg, run_dir
+
+
+def _start(cfg) -> None:
+    from spade_jax.distributed import initialize
+
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    initialize()
+
+
+def _print_summary(summary: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title="spade-jax run", show_header=False)
+    for key, value in summary.items():
+        table.add_row(key, f"{value:.4g}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def _selfplay(args: argparse.Namespace) -> int:
+    from spade_jax.loop import run
+
+    cfg, run_dir = _resolve(args)
+    _start(cfg)
+    summary = run(cfg, run_dir, resume=args.resume)
+    _print_summary(summary)
+    print(f"report: {summary['report']}\ntensorboard: tensorboard --logdir {summary['tensorboard']}\n"
+          f"checkpoints: {summary['checkpoints']}")  # fmt: skip
+    return 0
+
+
+def _warmstart(args: argparse.Namespace) -> int:
+    from spade_jax.loop import run
+
+    cfg, run_dir = _resolve(args)
+    cfg = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, warmstart=True, steps=0))
+    _start(cfg)
+    summary = run(cfg, run_dir, resume=args.resume)
+    _print_summary(summary)
+    print(f"warm-started checkpoint in {summary['checkpoints']}; continue with: "
+          f"spade-jax selfplay --run-dir {run_dir} --resume loop.steps=N")  # fmt: skip
+    return 0
+
+
+def _export_hf(args: argparse.Namespace) -> int:
+    from spade_jax.export import export_run
+
+    out = export_run(args.run_dir, args.out, step=args.step, dtype=args.dtype)
+    print(f"wrote {out}", file=sys.stderr)
+    return 0

@@ -1,0 +1,270 @@
+"""The SPADE cycle: design -> gate -> hint -> play (K hinted, K not) -> regret -> learn -> checkpoint.
+
+`run(cfg, run_dir)` is the whole job. Each step: the self-play half (`SelfPlay.step`, or a fixed environment
+pool for baselines) returns both roles' samples; group-centred advantages turn rewards into a `TrainBatch`;
+one learner step updates the shared policy in place and the sampler reads the same arrays next step. The run
+checkpoints everything (params, optimizer, RNGs, corpus position, memory snapshot) so `resume=True`
+continues exactly where the last finished checkpoint left off.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spade_jax.checkpoint import Checkpointer
+from spade_jax.metrics import MetricsLogger
+from spade_jax.report import write_report
+from spade_jax.rl.advantages import group_advantages, group_stats
+from spade_jax.rl.batch import Sample, pack_sequences
+from spade_jax.run_config import RunConfig
+from spade_jax.selfplay.batch import SelfPlayBatch
+from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
+from spade_jax.selfplay.memory import EnvRecord, Memory
+from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
+from spade_jax.warmstart import warm_start
+
+log = logging.getLogger("spade_jax")
+
+
+@dataclass
+class Parts:
+    """The live objects of a run."""
+
+    cfg: RunConfig
+    run_dir: Path
+    model: Any
+    tokenizer: Any
+    sampler: Any
+    pool: Any
+    learner: Any
+    selfplay: SelfPlay
+    fixed_pool: list[Any] = field(default_factory=list)
+    held_out: list[Any] = field(default_factory=list)
+
+
+def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
+    """Loads the model, starts the sandbox pool, and wires sampler, self-play and learner together."""
+    from spade_jax.envs.host_pool import HostPool
+    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.envs.seeds import list_seeds
+    from spade_jax.model.loading import load_model
+    from spade_jax.model.sharding import make_mesh
+    from spade_jax.rl.learner import Learner
+    from spade_jax.sampling import Sampler
+
+    mesh = make_mesh(_mesh_shape(cfg.mesh)) if cfg.mesh else None
+    _, model, tokenizer = load_model(cfg.model, mesh=mesh, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    sampler = Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len)
+    pool = HostPool(cfg.num_workers, SandboxConfig(level=cfg.sandbox, call_timeout_s=cfg.call_timeout_s))
+    log.info("sandbox level in force: %s (%d workers)", pool.level, cfg.num_workers)
+    learner = Learner(model, cfg.learner, mesh=mesh)
+
+    seeds = {s.name: s for s in list_seeds()}
+    unknown = [n for n in cfg.loop.held_out if n not in seeds]
+    if unknown:
+        raise ValueError(f"loop.held_out names unknown seed environments: {', '.join(unknown)}")
+    held_out = [seeds[n] for n in cfg.loop.held_out]
+    sp_cfg = dataclasses.replace(cfg.selfplay, seed=cfg.loop.seed)
+    sp_cfg = dataclasses.replace(sp_cfg, memory=dataclasses.replace(sp_cfg.memory, seed_from_library=False))
+    memory = Memory(run_dir / "memory.sqlite", sp_cfg.memory)
+    fixed_pool = []
+    if cfg.loop.pool == "selfplay":
+        if cfg.selfplay.memory.seed_from_library:
+            memory.seed_from_library([s for n, s in seeds.items() if n not in cfg.loop.held_out])
+    else:
+        from spade_jax.eval.pools import load_pool
+
+        fixed_pool = [e for e in load_pool(cfg.loop.pool) if e.name not in cfg.loop.held_out]
+        if not fixed_pool:
+            raise ValueError(f"environment pool {cfg.loop.pool!r} is empty")
+    selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, memory=memory)
+    return Parts(cfg, run_dir, model, tokenizer, sampler, pool, learner, selfplay, fixed_pool, held_out)
+
+
+def _mesh_shape(spec: str) -> dict[str, int]:
+    try:
+        return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
+    except ValueError:
+        raise ValueError(f"mesh={spec!r}: expected axis=size pairs, e.g. data=2,fsdp=4,tensor=1") from None
+
+
+def play_step(parts: Parts, step: int) -> SelfPlayBatch:
+    """The self-play half of a step: the full designer cycle, or a draw from a fixed pool (baselines)."""
+    if not parts.fixed_pool:
+        return parts.selfplay.step(step)
+    rng = random.Random(f"{parts.cfg.loop.seed}:{step}")
+    chosen = rng.sample(parts.fixed_pool, min(parts.cfg.loop.pool_envs_per_step, len(parts.fixed_pool)))
+    envs = []
+    for spec in chosen:
+        env_id = f"pool-{spec.name}"
+        if parts.selfplay.memory.get(env_id) is None:
+            parts.selfplay.memory.add(EnvRecord(id=env_id, code=spec.source, kind=spec.kind, skill=spec.skill,
+                                                name=spec.name, origin="pool", verdict_valid=True,
+                                                verdict_gate="pool", step=step))  # fmt: skip
+        envs.append(PlayableEnv(env_id, spec.source, spec.kind, spec.skill))
+    parts.selfplay.attach_hints(envs, step)
+    return parts.selfplay.measure(envs, step)
+
+
+def to_train_samples(batch: SelfPlayBatch, role_norm: str = "std") -> tuple[list[Sample], dict[str, float]]:
+    """Rewards -> group-centred advantages -> learner samples; drops groups that carry no signal."""
+    samples = batch.samples
+    if not samples:
+        return [], {}
+    rewards = [s.reward for s in samples]
+    groups = [s.group_id for s in samples]
+    roles = [s.role_id for s in samples]
+    adv = group_advantages(rewards, groups, roles=roles, role_norm=role_norm)
+    out = [
+        # The importance weight corrects sampler-vs-learner numerics, so it uses the raw-model log-probs.
+        Sample(s.prompt_ids, s.completion_ids, s.completion_mask, s.raw_logprobs or s.logprobs, float(a), s.role_id)
+        for s, a in zip(samples, adv)
+        if a != 0.0
+    ]
+    stats = {f"train/{k}": v for k, v in group_stats(rewards, groups).items()}
+    stats["train/samples"] = float(len(out))
+    return out, stats
+
+
+def evaluate(parts: Parts, step: int) -> dict[str, float]:
+    """Held-out seed environments, played without hints: win rate per environment and overall."""
+    specs = [
+        EpisodeSpec(f"heldout-{s.name}", Path(s.path).read_text(), episode_seed(s.name, 10_000 + step, k),
+                    NO_HINT, kind=s.kind)  # fmt: skip
+        for s in parts.held_out
+        for k in range(parts.cfg.loop.eval_plays)
+    ]
+    if not specs:
+        return {}
+    result = parts.selfplay.engine.run(specs)
+    wins: dict[str, list[float]] = {}
+    for ep in result.episodes:
+        wins.setdefault(ep.env_id.removeprefix("heldout-"), []).append(float(bool(ep.won)))
+    out = {f"eval/win_rate_{name}": float(np.mean(v)) for name, v in wins.items()}
+    out["eval/win_rate"] = float(np.mean([w for v in wins.values() for w in v]))
+    return out
+
+
+def _checkpoint(parts: Parts, ckpt: Checkpointer, step: int) -> None:
+    state = parts.learner.get_state()
+    meta = {
+        "step": step,
+        "learner_step": int(state["step"]),
+        "selfplay": parts.selfplay.get_state(),
+        "config": parts.cfg.to_json(),
+    }
+    ckpt.save(step, {"params": state["params"], "opt_state": state["opt_state"]}, meta)
+
+
+def _restore(parts: Parts, ckpt: Checkpointer) -> int:
+    state = parts.learner.get_state()
+    trees, meta = ckpt.restore(None, {"params": state["params"], "opt_state": state["opt_state"]})
+    parts.learner.set_state({"params": trees["params"], "opt_state": trees["opt_state"], "step": meta["learner_step"]})
+    parts.sampler.update_model(parts.learner.model)
+    parts.selfplay.set_state(meta["selfplay"])
+    return int(meta["step"])
+
+
+def train_on(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
+    """One learner step on a self-play batch (skipped when no group carries signal)."""
+    samples, stats = to_train_samples(batch)
+    if not samples:
+        return {**stats, "train/skipped": 1.0}
+    t0 = time.perf_counter()
+    tb = pack_sequences(samples, pad_id=getattr(parts.tokenizer, "pad_id", None) or 0)
+    metrics = parts.learner.train_step(tb)
+    parts.sampler.update_model(parts.learner.model)
+    dt = time.perf_counter() - t0
+    stats.update({f"train/{k}": float(v) for k, v in metrics.items()})
+    stats["perf/learner_tokens_per_s"] = float(sum(len(s) for s in samples)) / max(dt, 1e-9)
+    stats["train/skipped"] = 0.0
+    return stats
+
+
+def run(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, console: Any = None) -> dict[str, Any]:
+    """Runs (or resumes) the job; returns a summary with the paths of the report, logs and checkpoints."""
+    from spade_jax.progress import StepProgress
+
+    run_dir = Path(run_dir).absolute()
+    run_dir.mkdir(parents=True, exist_ok=True)
+    saved = run_dir / "config.json"
+    if resume and saved.exists() and saved.read_text() != cfg.to_json():
+        log.warning("resuming with a config that differs from %s; the new one is used and saved", saved)
+    saved.write_text(cfg.to_json())
+    ckpt = Checkpointer(run_dir / "checkpoints", max_to_keep=cfg.loop.keep_checkpoints,
+                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
+    if not resume and ckpt.latest_step() is not None:
+        raise ValueError(f"{run_dir} already holds checkpoints; pass --resume or choose another --run-dir")
+    progress = StepProgress(cfg.loop.steps, console=console)
+    with progress.phase("loading model and starting sandbox workers"):
+        parts = build(cfg, run_dir)
+    start = 0
+    if resume and ckpt.latest_step() is not None:
+        with progress.phase("restoring checkpoint"):
+            start = _restore(parts, ckpt)
+    metrics = MetricsLogger(run_dir, resume_step=start)
+    summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
+    try:
+        if cfg.loop.warmstart and ckpt.latest_step() is None:
+            with progress.phase("warm start on the seed library"):
+                figures = warm_start(parts, cfg.warmstart, progress=progress)
+            metrics.log(0, figures)
+            summary.update(figures)
+            _checkpoint(parts, ckpt, 0)
+        progress.start(start)
+        for step in range(start, cfg.loop.steps):
+            row: dict[str, float] = {}
+            t0 = time.perf_counter()
+            with progress.phase(f"step {step + 1}: design, hints and play"):
+                batch = play_step(parts, step)
+            row.update(batch.stats)
+            row["time/selfplay"] = time.perf_counter() - t0
+            t1 = time.perf_counter()
+            with progress.phase(f"step {step + 1}: learner"):
+                row.update(train_on(parts, batch))
+            row["time/learner"] = time.perf_counter() - t1
+            if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
+                t2 = time.perf_counter()
+                with progress.phase(f"step {step + 1}: held-out evaluation"):
+                    row.update(evaluate(parts, step))
+                row["time/eval"] = time.perf_counter() - t2
+            row["time/step"] = time.perf_counter() - t0
+            metrics.log(step + 1, row)
+            if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
+                _checkpoint(parts, ckpt, step + 1)
+            progress.advance(row)
+        ckpt.wait()
+    finally:
+        progress.stop()
+        metrics.close()
+        ckpt.close()
+        envs = [dataclasses.asdict(r) for r in parts.selfplay.memory.attempts()]
+        parts.selfplay.close()
+        parts.pool.close()
+    summary.update(
+        report=str(write_report(run_dir, envs=_report_envs(envs), summary=summary, title=f"spade-jax: {run_dir.name}")),
+        tensorboard=str(run_dir / "tb"),
+        checkpoints=str(run_dir / "checkpoints"),
+        metrics=str(run_dir / "metrics.jsonl"),
+    )
+    return summary
+
+
+def _report_envs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Memory rows in the report's vocabulary (newest designer output first, seeds last)."""
+    out = []
+    for r in sorted(rows, key=lambda r: (r.get("origin") == "seed", -(r.get("step") or 0))):
+        gate, reason = r.get("verdict_gate"), r.get("verdict_reason")
+        verdict = "valid" if r.get("verdict_valid") else f"rejected at {gate}: {reason}"
+        out.append({**r, "name": r.get("name") or r["id"], "verdict": verdict,
+                    "win_rate_nohint": r.get("win_rate_no_hint")})  # fmt: skip
+    return out
+

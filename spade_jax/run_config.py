@@ -1,0 +1,160 @@
+"""The resolved configuration of a run and the named run presets (`--preset demo`, `tiny`, `paper-4b`, ...)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spade_jax.overrides import ConfigError, apply_overrides, from_dict, to_dict
+from spade_jax.rl.learner import LearnerConfig
+from spade_jax.selfplay.config import (
+    CorpusConfig,
+    DesignerConfig,
+    HintConfig,
+    MemoryConfig,
+    RolloutConfig,
+    SelfPlayConfig,
+)
+from spade_jax.warmstart import WarmStartConfig
+
+# Seed environments kept out of training and memory, played only by the held-out evaluation.
+HELD_OUT_SEEDS = ("grid_maze", "memory_pairs", "ledger_settle", "date_offset")
+
+
+@dataclass
+class LoopConfig:
+    """The outer cycle: how many steps, what the agent plays, when to evaluate and checkpoint."""
+
+    steps: int = 200
+    pool: str = "selfplay"  # selfplay (designer on) | seeds | reasoning_gym | textarena | <dir of env .py files>
+    pool_envs_per_step: int = 4  # fixed pools: environments drawn per step
+    held_out: tuple[str, ...] = HELD_OUT_SEEDS
+    warmstart: bool = False  # supervised warm start on the seed library before step 1 (fresh runs only)
+    eval_every: int = 4  # 0 disables the held-out evaluation
+    eval_plays: int = 4  # episodes per held-out environment
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 2
+    async_checkpoints: bool = True
+    seed: int = 0
+
+
+@dataclass
+class RunConfig:
+    """Everything a run reads; saved as `config.json` in the run directory."""
+
+    model: str = "smollm2-135m"  # preset name, .gguf path or HF directory
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    mesh: str = ""  # e.g. "data=2,fsdp=4,tensor=1"; empty: all devices on fsdp
+    max_total_len: int = 4096  # sampler context (prompt + completion)
+    num_workers: int = 4  # sandboxed environment workers on this host
+    sandbox: str = "auto"  # auto | gvisor | bwrap | process
+    call_timeout_s: float = 5.0
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def to_json(self) -> str:
+        return json.dumps(to_dict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        return from_dict(cls, json.loads(text))
+
+
+def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
+    return dataclasses.replace(SelfPlayConfig.cpu(), **changes)
+
+
+def _demo() -> RunConfig:
+    """SmolLM2-135M on 2 CPU cores, ~15 minutes: a few steps of the full cycle."""
+    return RunConfig(
+        model="smollm2-135m",
+        max_total_len=2048,
+        num_workers=4,
+        loop=LoopConfig(steps=4, eval_every=2, eval_plays=2),
+        selfplay=_cpu_selfplay(
+            plays_per_condition=2,
+            envs_per_step=2,
+            regen_interval=2,
+            designer_train_start=2,
+            designer=DesignerConfig(max_new_tokens=512, context_len=2048, max_repairs=0),
+            hints=HintConfig(max_new_tokens=64),
+            rollout=RolloutConfig(max_turns=3, max_episode_tokens=1536, max_new_tokens_per_turn=48),
+            corpus=CorpusConfig(max_doc_tokens=256),
+            memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=1200),
+        ),
+        learner=LearnerConfig(lr=1e-6, micro_batch_size=4, remat=True),
+    )
+
+
+def _tiny() -> RunConfig:
+    """A random tiny model with the real tokenizer: the whole cycle in seconds, for tests."""
+    return RunConfig(
+        model="tiny-smollm",
+        max_total_len=4096,
+        num_workers=2,
+        loop=LoopConfig(steps=3, eval_every=2, eval_plays=1, async_checkpoints=False),
+        selfplay=_cpu_selfplay(
+            plays_per_condition=2,
+            envs_per_step=1,
+            regen_interval=2,
+            designer_train_start=1,
+            designer=DesignerConfig(max_new_tokens=32, context_len=4096, max_repairs=0),
+            hints=HintConfig(source="env", max_new_tokens=16),
+            rollout=RolloutConfig(max_turns=2, max_episode_tokens=1024, max_new_tokens_per_turn=16),
+            corpus=CorpusConfig(max_doc_tokens=64),
+            memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=300),
+        ),
+        learner=LearnerConfig(lr=1e-4, micro_batch_size=8),
+    )
+
+
+def _paper(model: str) -> RunConfig:
+    """The paper's recipe (16 + 16 plays, 25 turns, 16K designer / 8K agent tokens) on a pod."""
+    return RunConfig(
+        model=model,
+        param_dtype="bfloat16",
+        dtype="bfloat16",
+        max_total_len=32768,
+        num_workers=32,
+        loop=LoopConfig(steps=200, eval_every=10, eval_plays=16),
+        selfplay=SelfPlayConfig(),
+        learner=LearnerConfig(remat=True, grad_accum_steps=8),
+    )
+
+
+RUN_PRESETS = {
+    "demo": _demo,
+    "tiny": _tiny,
+    "paper-qwen3-4b": lambda: _paper("qwen3-4b"),
+    "paper-qwen3-8b": lambda: _paper("qwen3-8b"),
+}
+
+
+def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str | Path | None = None) -> RunConfig:
+    """A preset (or a saved config.json) with `key=value` overrides; one-line ConfigError on bad input."""
+    if config_file is not None:
+        path = Path(config_file)
+        if not path.exists():
+            raise ConfigError(f"config file not found: {path}")
+        try:
+            cfg = RunConfig.from_json(path.read_text())
+        except (json.JSONDecodeError, TypeError) as e:
+            raise ConfigError(f"config file {path} is not a valid run config: {e}") from None
+    elif preset in RUN_PRESETS:
+        cfg = RUN_PRESETS[preset]()
+    else:
+        raise ConfigError(f"unknown run preset {preset!r}; available: {', '.join(sorted(RUN_PRESETS))}")
+    cfg = apply_overrides(cfg, list(overrides))
+    try:  # re-run the sub-configs' own validation after overrides
+        cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner))
+    except ValueError as e:
+        raise ConfigError(f"learner: {e}") from None
+    if cfg.loop.steps < 0 or cfg.num_workers < 1:
+        raise ConfigError("loop.steps must be >= 0 and num_workers >= 1")
+    return cfg
