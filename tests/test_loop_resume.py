@@ -1,0 +1,89 @@
+"""The whole loop on a tiny model, and exact resume: `kill -9` mid-run, `--resume`, same metrics as a clean run.
+
+Uses a fixed pool holding one environment whose reward a random policy gets half the time, so every step
+really trains (the metrics then depend on the params, the optimizer state and every RNG being restored).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.slow
+
+COIN_ENV = '''
+from spade_jax.envs.base import GameEnv
+
+
+class ParityGame(GameEnv):
+    """Win when the reply has an even number of characters (a coin flip for a random policy)."""
+
+    KIND = "game"
+    SKILL = "pattern recognition"
+    NAME = "parity"
+
+    def setup(self) -> str:
+        return "Reply with \\\\boxed{word}. You win if the word has an even number of letters."
+
+    def handle(self, action: str):  # judged on the raw reply: a random tiny model rarely writes \\boxed{}
+        won = len(action) % 2 == 0
+        return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
+'''
+
+VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s")
+
+
+def _cmd(run_dir: Path, pool_dir: Path, *extra: str) -> list[str]:
+    return [
+        sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(run_dir), *extra,
+        f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_every=0", "loop.pool_envs_per_step=1",
+        "selfplay.plays_per_condition=3", "learner.lr=3e-3",
+    ]  # fmt: skip
+
+
+def _metrics(run_dir: Path) -> list[dict]:
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+@pytest.fixture(scope="module")
+def pool_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("pool")
+    (d / "parity_game.py").write_text(COIN_ENV)
+    return d
+
+
+def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path) -> None:
+    clean, crashed = tmp_path / "clean", tmp_path / "crashed"
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    subprocess.run(_cmd(clean, pool_dir), check=True, env=env, timeout=900, capture_output=True)
+    reference = _metrics(clean)
+    assert [r["step"] for r in reference] == [1, 2, 3]
+    assert all(r["train/skipped"] == 0.0 for r in reference), "every step should train (reward varies)"
+
+    proc = subprocess.Popen(
+        _cmd(crashed, pool_dir), env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    deadline = time.time() + 900
+    while not (crashed / "checkpoints" / "1").is_dir() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.2)
+    assert proc.poll() is None, "the run ended before it could be killed"
+    os.killpg(proc.pid, signal.SIGKILL)  # the run and its sandbox workers, mid step 2
+    proc.wait()
+    assert len(_metrics(crashed)) < 3
+
+    subprocess.run(_cmd(crashed, pool_dir, "--resume"), check=True, env=env, timeout=900, capture_output=True)
+    resumed = _metrics(crashed)
+    assert [r["step"] for r in resumed] == [1, 2, 3]
+    for want, got in zip(reference, resumed):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), f"step {want['step']}: {key}"
+    assert (crashed / "report.html").exists()
