@@ -234,11 +234,11 @@ class Launcher:
                 os.chmod(d, 0o755)
 
     # worker config --------------------------------------------------------------------------------------
-    def _worker_config(self, uid: int | None, tmp: str) -> dict:
+    def _worker_config(self, uids: list[int] | None, tmp: str) -> dict:
         c = self.config
         return {
             **{k: v for k, v in asdict(c).items() if k not in ("python", "runsc_flags", "level")},
-            "uid": uid,
+            "uids": uids,
             "tmp": tmp,
             "pidns": self.level != "process",
             "max_request_bytes": c.max_source_bytes + 65536,
@@ -253,8 +253,8 @@ class Launcher:
     # launch -----------------------------------------------------------------------------------------------
     def launch(self) -> SandboxProcess:
         """Starts one sandbox; the caller reads the worker's ready frame from `proc.reader`."""
-        uid = 1 << 20 | secrets.randbelow(1 << 29) if self.drop_uid else None
-        return getattr(self, f"_launch_{self.level}")(uid)
+        uids = [1 << 20 | secrets.randbelow(1 << 29) for _ in range(2)] if self.drop_uid else None
+        return getattr(self, f"_launch_{self.level}")(uids)
 
     def _popen(self, argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
         return subprocess.Popen(
@@ -268,21 +268,21 @@ class Launcher:
             close_fds=True,
         )
 
-    def _launch_process(self, uid: int | None) -> SandboxProcess:
+    def _launch_process(self, uids: list[int] | None) -> SandboxProcess:
         tmp = tempfile.mkdtemp(prefix="tmp-", dir=self.dir)
-        if uid is not None:
-            os.chown(tmp, uid, uid)
+        if uids is not None:
+            os.chmod(tmp, 0o1777)  # both episode uids write here; the launcher dir itself is 0711
         root = str(Path(self.pkg_dir).parent)
-        popen = self._popen(self._argv(root, self._worker_config(uid, tmp)), self._env(tmp), cwd=tmp)
+        popen = self._popen(self._argv(root, self._worker_config(uids, tmp)), self._env(tmp), cwd=tmp)
 
         def cleanup() -> None:
-            if uid is not None:
+            for uid in uids or ():
                 _kill_uid(uid, self.python)
             shutil.rmtree(tmp, ignore_errors=True)
 
         return SandboxProcess(popen, "process", cleanup)
 
-    def _launch_bwrap(self, uid: int | None) -> SandboxProcess:
+    def _launch_bwrap(self, uids: list[int] | None) -> SandboxProcess:
         argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
         if self.is_root:  # no user namespace: it would map the sandbox to host root, where NPROC never binds
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
@@ -302,10 +302,10 @@ class Launcher:
             argv += ["--symlink", target, name]
         argv += ["--proc", "/proc", "--dev", "/dev"]
         argv += ["--perms", "1777", "--size", str(self.config.tmp_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
-        argv += ["--", *self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uid, "/tmp"))]
+        argv += ["--", *self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uids, "/tmp"))]
         return SandboxProcess(self._popen(argv, self._env("/tmp")), "bwrap")
 
-    def _launch_gvisor(self, uid: int | None) -> SandboxProcess:
+    def _launch_gvisor(self, uids: list[int] | None) -> SandboxProcess:
         cid = f"spade-{os.getpid()}-{secrets.token_hex(6)}"
         bundle = Path(self.dir, cid)
         bundle.mkdir()
@@ -320,7 +320,7 @@ class Launcher:
             "ociVersion": "1.0.0",
             "process": {
                 "user": {"uid": 0, "gid": 0},
-                "args": self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uid, "/tmp")),
+                "args": self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uids, "/tmp")),
                 "env": [f"{k}={v}" for k, v in self._env("/tmp").items()],
                 "cwd": "/tmp",
                 "terminal": False,
@@ -399,6 +399,8 @@ def detect_level(level: str = "auto", config: SandboxConfig | None = None) -> st
                         "only, no filesystem or network isolation%s",
                         f" ({'; '.join(reasons)})" if reasons else "",
                     )
+                elif reasons:  # auto fell back from a stronger level
+                    log.warning("sandbox level in force: %s (%s)", cand, "; ".join(reasons))
                 else:
                     log.info("sandbox level in force: %s", cand)
                 _detected[key] = cand

@@ -3,15 +3,16 @@
 STANDARD LIBRARY ONLY, and nothing from spade_jax except what environment code itself imports
 (`spade_jax.envs.base`). Started as `python -S -s -B -c BOOT CONFIG_JSON` by `sandbox.py`.
 
-Two processes per sandbox:
+Two kinds of process per sandbox:
   * the zygote (this module's `main`): trusted, never runs environment code. It owns the host channel
     (framed JSON on the original stdin/stdout, moved to private fds; fds 0/1 then point at /dev/null so
     prints cannot corrupt it), keeps common modules imported, and forks one *episode process* per session.
-  * the episode process: drops to an unprivileged uid, applies the rlimits, loads the source in a fresh
-    module, constructs the env and answers calls. The zygote relays each call to it, enforces the
-    per-call deadline (SIGKILL), caps and validates the reply bytes, and after the session kills every
-    process of that uid and empties the private tmp. Episodes sharing a worker therefore share nothing:
-    replaced builtins, leftover threads, children and tmp files all die with the session.
+  * the episode process: drops to an unprivileged uid (two per worker, used in turn, so the next one can
+    be forked while the current one runs without being reachable from it), applies the rlimits, loads
+    the source in a fresh module, constructs the env and answers calls. The zygote relays each call,
+    enforces the per-call deadline (SIGKILL), caps and validates the reply bytes, and after the session
+    kills every process of that uid and deletes its files in tmp and /dev/shm. Episodes sharing a worker
+    therefore share nothing: replaced builtins, leftover threads, children and tmp files die with the session.
 
 Frame: 4-byte big-endian length, then UTF-8 JSON (host side: `spade_jax.envs.protocol`).
 """
@@ -249,31 +250,38 @@ class _Missing(Exception):
 
 
 class Zygote:
-    """Trusted side of the sandbox: relays host requests to the current episode process."""
+    """Trusted side of the sandbox: relays host requests to the current episode process.
+
+    With two episode uids (A, B) the next episode process is forked while the current one loads, under
+    the other uid, so it is ready at the next `load` and the hostile session cannot touch it.
+    """
 
     def __init__(self, cfg: dict, rfd: int, wfd: int):
         self.cfg, self.rfd, self.wfd = cfg, rfd, wfd
-        self.child: tuple[int, int, int] | None = None  # (pid, to_child_fd, from_child_fd)
-        self.spare: tuple[int, int, int] | None = None
+        self.uids = cfg.get("uids") or [None]
+        self.child: tuple | None = None  # (pid, to_child_fd, from_child_fd, uid)
+        self.spare: tuple | None = None
         self.dead = "no environment is loaded"  # why the current session cannot answer
-        self.dirty = False
+        self.dirty: set = set()  # uids whose processes and files must go before they are used again
+        self.scratch = [cfg["tmp"]] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
+        self.exits: dict[int, int] = {}  # exit statuses collected by reap(), by pid
 
     # episode processes -------------------------------------------------------------------------------
-    def fork_episode(self) -> tuple[int, int, int]:
+    def fork_episode(self, uid) -> tuple:
         gc.freeze()  # keep the collector off the zygote's objects: fewer copy-on-write page faults
         to_r, to_w = os.pipe()
         from_r, from_w = os.pipe()
         pid = os.fork()
         if pid == 0:  # episode process
             try:
-                self.become_episode(to_r, from_w)
+                self.become_episode(to_r, from_w, uid)
             finally:
                 os._exit(70)
         os.close(to_r)
         os.close(from_w)
-        return pid, to_w, from_r
+        return pid, to_w, from_r, uid
 
-    def become_episode(self, rfd: int, wfd: int) -> None:
+    def become_episode(self, rfd: int, wfd: int, uid) -> None:
         import resource
 
         cfg = self.cfg
@@ -295,20 +303,24 @@ class Zygote:
             (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
             (resource.RLIMIT_CORE, 0),
         ]
-        if cfg.get("uid") is not None:  # RLIMIT_NPROC counts per uid: only meaningful for our own uid
+        if uid is not None:  # RLIMIT_NPROC counts per uid: only meaningful for a uid of our own
             limits.append((resource.RLIMIT_NPROC, cfg["max_processes"]))
         for which, value in limits:
-            hard = value + 2 if which == resource.RLIMIT_CPU else value
-            resource.setrlimit(which, (value, hard))
-        if cfg.get("uid") is not None:
+            resource.setrlimit(which, (value, value + 2 if which == resource.RLIMIT_CPU else value))
+        if uid is not None:
             os.setgroups([])
-            os.setgid(cfg["uid"])
-            os.setuid(cfg["uid"])
+            os.setgid(uid)
+            os.setuid(uid)
         os.chdir(cfg["tmp"])
         os.environ.update(TMPDIR=cfg["tmp"], HOME=cfg["tmp"])
         Episode(cfg).serve(rfd, wfd)
 
-    def take_child(self) -> tuple[int, int, int]:
+    def other_uid(self):
+        """The uid for the next episode process: not the current one's."""
+        busy = {p[3] for p in (self.child, self.spare) if p}
+        return next((u for u in self.uids if u not in busy), self.uids[0])
+
+    def take_child(self) -> tuple:
         spare, self.spare = self.spare, None
         if spare is not None:
             try:
@@ -317,10 +329,11 @@ class Zygote:
             except ChildProcessError:
                 pass
             self.close_fds(spare)
-        return self.fork_episode()
+        self.cleanup()
+        return self.fork_episode(self.other_uid())
 
-    def close_fds(self, child) -> None:
-        for fd in child[1:]:
+    def close_fds(self, proc) -> None:
+        for fd in proc[1:3]:
             try:
                 os.close(fd)
             except OSError:
@@ -329,12 +342,12 @@ class Zygote:
     def kill_child(self, why: str) -> str:
         """Kills the episode process; returns how it ended ('' when it was still running)."""
         child, self.child = self.child, None
-        self.dead, self.dirty = why, True
+        self.dead = why
         if child is None:
             return ""
-        pid = child[0]
-        status = None
-        for _ in range(20):  # a process that closed its channel is usually exiting: read its status
+        self.dirty.add(child[3])
+        pid, status = child[0], self.exits.pop(child[0], None)
+        for _ in range(0 if status is not None else 20 if why == "eof" else 1):  # usually exiting on EOF
             try:
                 got, st = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
@@ -342,9 +355,8 @@ class Zygote:
             if got:
                 status = st
                 break
-            if why != "eof":
-                break
-            time.sleep(0.005)
+            if why == "eof":
+                time.sleep(0.005)
         if status is None:
             try:
                 os.kill(pid, signal.SIGKILL)
@@ -355,37 +367,50 @@ class Zygote:
         return _describe(status)
 
     def cleanup(self) -> None:
-        """After a session: no process of the episode uid survives, the private tmp is empty."""
+        """After a session: no process of its uid survives, and its files in tmp and /dev/shm are gone."""
         if not self.dirty:
             return
-        self.dirty = False
         self.reap()
-        if self.cfg.get("uid") is not None and (not self.cfg.get("pidns") or self.strays() or self.tmp_used()):
-            pid = os.fork()
-            if pid == 0:  # reaper: become the episode uid, kill all of its processes, empty tmp
-                try:
-                    os.setgroups([])
-                    os.setgid(self.cfg["uid"])
-                    os.setuid(self.cfg["uid"])
-                    for _ in range(3):  # zombies keep answering kill(): a few passes, not "until ESRCH"
-                        try:
-                            os.kill(-1, signal.SIGKILL)  # every process of this uid except ourselves
-                        except ProcessLookupError:
-                            break
-                        time.sleep(0.001)
-                    _empty_dir(self.cfg["tmp"])
-                finally:
-                    os._exit(0)
-            os.waitpid(pid, 0)
-        elif self.tmp_used():
-            _empty_dir(self.cfg["tmp"])
-        self.reap()
+        for uid in sorted(self.dirty, key=str):
+            if uid is None:
+                for d in self.scratch:
+                    _empty_dir(d)
+                continue
+            for attempt in range(50):  # with a PID namespace we can check that nothing is left, zombies included
+                if self.cfg.get("pidns") and not self.strays(uid) and not self.scratch_used():
+                    break
+                self.run_reaper(uid)
+                self.reap()
+                if not self.cfg.get("pidns"):
+                    break
+                time.sleep(0.001 * attempt)
+        self.dirty.clear()
+
+    def run_reaper(self, uid: int) -> None:
+        """A process that becomes `uid`, kills all of its processes and deletes its files."""
+        pid = os.fork()
+        if pid == 0:
+            try:
+                os.setgroups([])
+                os.setgid(uid)
+                os.setuid(uid)
+                for _ in range(3):  # zombies keep answering kill(): a few passes, not "until ESRCH"
+                    try:
+                        os.kill(-1, signal.SIGKILL)  # every process of this uid except ourselves
+                    except ProcessLookupError:
+                        break
+                    time.sleep(0.001)
+                for d in self.scratch:
+                    _empty_dir(d)
+            finally:
+                os._exit(0)
+        os.waitpid(pid, 0)
 
     def reap(self) -> None:
         spare = self.spare[0] if self.spare else None
         while True:
             try:
-                pid, _ = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG)
             except ChildProcessError:
                 return
             if pid == 0:
@@ -393,26 +418,39 @@ class Zygote:
             if pid == spare:
                 self.close_fds(self.spare)
                 self.spare = None
+            self.exits[pid] = status
 
-    def strays(self) -> bool:
-        me = os.getpid()
-        return any(p.isdigit() and int(p) not in (1, me) for p in os.listdir("/proc"))
+    def strays(self, uid: int) -> bool:
+        """Whether any process of `uid` other than the spare is still in our PID namespace."""
+        known = {p[0] for p in (self.spare, self.child) if p}
+        for name in os.listdir("/proc"):
+            if name.isdigit() and int(name) not in known:
+                try:  # not the owner of /proc/<pid>: that is root for processes that changed uid
+                    with open(f"/proc/{name}/status") as f:
+                        if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
+                            return True
+                except (OSError, ValueError):
+                    pass
+        return False
 
-    def tmp_used(self) -> bool:
-        try:
-            with os.scandir(self.cfg["tmp"]) as it:
-                return any(True for _ in it)
-        except OSError:
-            return False
+    def scratch_used(self) -> bool:
+        for d in self.scratch:
+            try:
+                with os.scandir(d) as it:
+                    if any(True for _ in it):
+                        return True
+            except OSError:
+                pass
+        return False
 
     # requests ------------------------------------------------------------------------------------------
     def relay(self, msg: dict) -> bytes | dict:
         """Forwards one request to the episode process and returns its checked reply."""
         what = msg.get("method", "load") + "()"
-        if msg["op"] == "load":
+        load = msg["op"] == "load"
+        if load:
             if self.child is not None:
                 self.kill_child("replaced")
-                self.cleanup()
             try:
                 self.child = self.take_child()
             except OSError as e:
@@ -420,13 +458,16 @@ class Zygote:
             self.dead = ""
         elif self.child is None:
             return fail("crashed", f"{what}: the episode process is gone ({self.dead})")
-        pid, to_fd, from_fd = self.child
-        deadline = time.monotonic() + float(msg.get("timeout") or self.cfg["call_timeout_s"])
+        _, to_fd, from_fd, _ = self.child
+        limit = float(msg.get("timeout") or self.cfg["call_timeout_s"])
+        deadline = time.monotonic() + limit
         try:
             _write_all(to_fd, HEADER.pack(len(msg["_raw"])) + msg["_raw"])
+            if load and len(self.uids) > 1 and self.spare is None:
+                self.cleanup()  # the previous session's uid, before a new process gets it
+                self.spare = self.fork_episode(self.other_uid())  # while the child loads
             body = recv_raw(from_fd, self.cfg["max_return_bytes"] + ENVELOPE_BYTES, deadline)
         except TimeoutError:
-            limit = float(msg.get("timeout") or self.cfg["call_timeout_s"])
             self.kill_child(f"{what} timed out")
             return fail("timeout", f"{what} did not return within {limit:g} s (killed)")
         except ValueError as e:
@@ -451,9 +492,10 @@ class Zygote:
     def serve(self) -> None:
         send(self.wfd, {"ok": True, "value": _facts(self.cfg)})
         while True:
-            self.cleanup()
-            if self.spare is None and self.child is None:
-                self.spare = self.fork_episode()
+            if self.child is None:  # between sessions: clean up and have the next process ready
+                self.cleanup()
+                if self.spare is None:
+                    self.spare = self.fork_episode(self.other_uid())
             raw = recv_raw(self.rfd, self.cfg["max_request_bytes"])
             if raw is None:
                 return
@@ -524,7 +566,7 @@ def _facts(cfg: dict) -> dict:
     return {
         "pid": os.getpid(),
         "python": sys.version.split()[0],
-        "uid": cfg.get("uid"),
+        "uids": cfg.get("uids"),
         "base_importable": "spade_jax.envs.base" in sys.modules,
     }
 

@@ -20,7 +20,8 @@ class Inspector:
                 try:
                     with open(f"/proc/{pid}/status") as f:
                         fields = dict(line.split(":", 1) for line in f if ":" in line)
-                    procs.append([int(pid), int(fields["Uid"].split()[0]), fields["Name"].strip()])
+                    uid, name = int(fields["Uid"].split()[0]), fields["Name"].strip()
+                    procs.append([int(pid), uid, name, fields["State"].split()[0]])
                 except (OSError, KeyError, ValueError):
                     pass
         tmp = os.environ.get("TMPDIR", "/tmp")
