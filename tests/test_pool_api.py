@@ -134,6 +134,7 @@ def test_non_json_arguments_and_source_limits(pool):
     r = pool.open("x" * (SandboxConfig().max_source_bytes + 1)).load_result
     assert r.error == "load_error" and "bytes" in r.message
     assert pool.open(b"class A: pass").load_result.error == "load_error"  # type: ignore[arg-type]
+    assert pool.open(ECHO, env_kwargs={"tag": {1, 2}}).load_result.error == "load_error"
 
 
 def test_failure_ends_the_episode_and_closed_session_answers(pool):
@@ -262,3 +263,55 @@ def test_closed_pool_and_bad_config():
         HostPool(0, SandboxConfig(level="process"))
     with pytest.raises(SandboxUnavailable):
         detect_level("process", SandboxConfig(python="/nonexistent/python3"))
+
+
+def test_host_death_leaves_no_episode_processes():
+    """The trainer dies hard: the worker sees its channel close and kills every episode process it made."""
+    import subprocess
+    import sys
+
+    code = textwrap.dedent(
+        """
+        import os, sys
+        from spade_jax.envs.host_pool import HostPool
+        from spade_jax.envs.sandbox import SandboxConfig
+        pool = HostPool(1, SandboxConfig(level="process"))
+        s = pool.open(sys.stdin.read())
+        print(s.reset().value[0], flush=True)
+        os._exit(0)
+        """
+    )
+    env = src(
+        """
+        import os, time
+        class F:
+            def reset(self, seed=None):
+                if os.fork() == 0:
+                    while True:
+                        time.sleep(1)
+                return str(os.getuid()), {}
+            def step(self, a):
+                return "", 0.0, True, False, {}
+        """
+    )
+    out = subprocess.run([sys.executable, "-c", code], input=env, capture_output=True, text=True, timeout=60)
+    uid = int(out.stdout.split()[-1])
+    if uid == os.geteuid():
+        pytest.skip("no separate episode uid (not root): processes cannot be told apart")
+    deadline = time.monotonic() + 10
+    while _uid_processes(uid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _uid_processes(uid) == []
+
+
+def _uid_processes(uid: int) -> list[int]:
+    found = []
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+            except OSError:
+                continue
+            if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in lines):
+                found.append(int(pid))
+    return found

@@ -236,9 +236,10 @@ class HostPool:
             self._cv.notify()
 
     def _count(self, result: CallResult) -> None:
-        self.stats["calls"] += 1
-        if not result.ok:
-            self.stats[f"error_{result.error}"] += 1
+        with self._cv:
+            self.stats["calls"] += 1
+            if not result.ok:
+                self.stats[f"error_{result.error}"] += 1
 
     # public API ---------------------------------------------------------------------------------------------
     def warm_up(self, n: int | None = None) -> None:
@@ -259,12 +260,17 @@ class HostPool:
         if size > self.sandbox.max_source_bytes:
             msg = f"source is {size} bytes (limit {self.sandbox.max_source_bytes})"
             return EnvSession(self, None, CallResult.failure("load_error", msg))
+        msg = {"op": "load", "source": source, "kwargs": dict(env_kwargs or {})}
+        try:
+            protocol.encode(msg["kwargs"])
+        except (TypeError, ValueError) as e:
+            return EnvSession(self, None, CallResult.failure("load_error", f"env_kwargs are not JSON-safe: {e}"))
         worker = self._acquire()
         if isinstance(worker, CallResult):
             return EnvSession(self, None, worker)
-        msg = {"op": "load", "source": source, "kwargs": dict(env_kwargs or {})}
         result = worker.request(msg, self.sandbox.load_timeout_s, "load()")
-        self.stats["sessions"] += 1
+        with self._cv:
+            self.stats["sessions"] += 1
         self._count(result)
         return EnvSession(self, worker, result)
 

@@ -497,7 +497,11 @@ class Zygote:
                 if self.spare is None:
                     self.spare = self.fork_episode(self.other_uid())
             raw = recv_raw(self.rfd, self.cfg["max_request_bytes"])
-            if raw is None:
+            if raw is None:  # the host is gone: leave nothing behind (matters at the process level)
+                self.kill_child("the host closed the channel")
+                self.child, self.spare = self.spare, None
+                self.kill_child("the host closed the channel")
+                self.cleanup()
                 return
             msg = json.loads(raw)
             op = msg.get("op")
