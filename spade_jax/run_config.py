@@ -74,7 +74,7 @@ def _demo() -> RunConfig:
     """SmolLM2-135M on 2 CPU cores, ~15 minutes: a few steps of the full cycle."""
     return RunConfig(
         model="smollm2-135m",
-        max_total_len=2048,
+        max_total_len=4096,
         num_workers=4,
         loop=LoopConfig(steps=4, eval_every=2, eval_plays=2),
         selfplay=_cpu_selfplay(
@@ -82,7 +82,7 @@ def _demo() -> RunConfig:
             envs_per_step=2,
             regen_interval=2,
             designer_train_start=2,
-            designer=DesignerConfig(max_new_tokens=512, context_len=2048, max_repairs=0),
+            designer=DesignerConfig(max_new_tokens=768, context_len=4096, max_repairs=0),
             hints=HintConfig(max_new_tokens=64),
             rollout=RolloutConfig(max_turns=3, max_episode_tokens=1536, max_new_tokens_per_turn=48),
             corpus=CorpusConfig(max_doc_tokens=256),
