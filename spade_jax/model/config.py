@@ -1,4 +1,4 @@
-"""Architecture numbers for the decoder family (llama, qwen2, qwen3), and their HF `config.json` mapping."""
+"""Architecture numbers for the decoder family (llama, qwen2, qwen3, qwen3_moe), and their HF `config.json` mapping."""
 
 from __future__ import annotations
 
@@ -8,8 +8,14 @@ from typing import Any
 
 import jax.numpy as jnp
 
-ARCHS = ("llama", "qwen2", "qwen3")
-_HF_ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+ARCHS = ("llama", "qwen2", "qwen3", "qwen3_moe")
+_HF_ARCH = {
+    "llama": "LlamaForCausalLM",
+    "qwen2": "Qwen2ForCausalLM",
+    "qwen3": "Qwen3ForCausalLM",
+    "qwen3_moe": "Qwen3MoeForCausalLM",
+}
+_MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
 
 
@@ -37,6 +43,13 @@ class ModelConfig:
     pad_token_id: int | None = None
     param_dtype: str = "float32"
     dtype: str = "float32"  # compute dtype; logits are always float32
+    # qwen3_moe: sparse layers (see is_moe_layer); intermediate_size is then the size of the dense layers' MLP
+    num_experts: int = 0
+    num_experts_per_tok: int = 0
+    moe_intermediate_size: int = 0
+    norm_topk_prob: bool = False
+    decoder_sparse_step: int = 1
+    mlp_only_layers: tuple[int, ...] = ()
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # unmapped HF keys, kept for export
 
     def __post_init__(self) -> None:
@@ -47,6 +60,24 @@ class ModelConfig:
         for name in ("param_dtype", "dtype"):
             if getattr(self, name) not in _DTYPES:
                 raise ValueError(f"{name}={getattr(self, name)!r}; expected one of {sorted(_DTYPES)}")
+        if self.arch == "qwen3_moe":
+            if not 0 < self.num_experts_per_tok <= self.num_experts or self.moe_intermediate_size <= 0:
+                raise ValueError(
+                    f"qwen3_moe needs 0 < num_experts_per_tok <= num_experts and moe_intermediate_size > 0; got "
+                    f"{self.num_experts_per_tok}, {self.num_experts}, {self.moe_intermediate_size}"
+                )
+            if self.decoder_sparse_step < 1:
+                raise ValueError(f"decoder_sparse_step={self.decoder_sparse_step}; expected >= 1")
+        object.__setattr__(self, "mlp_only_layers", tuple(int(i) for i in self.mlp_only_layers))
+
+    def is_moe_layer(self, i: int) -> bool:
+        """Whether layer i is sparse (the HF Qwen3-MoE rule: not in mlp_only_layers and (i+1) % step == 0)."""
+        return (
+            self.arch == "qwen3_moe"
+            and self.num_experts > 0
+            and i not in self.mlp_only_layers
+            and (i + 1) % self.decoder_sparse_step == 0
+        )
 
     @property
     def jnp_param_dtype(self) -> Any:
@@ -70,15 +101,21 @@ class ModelConfig:
             attn += 2 * d
         layer = attn + 3 * e * f + 2 * e
         head = 0 if self.tie_embeddings else self.vocab_size * e
-        return self.vocab_size * e + self.num_layers * layer + e + head
+        total = self.vocab_size * e + self.num_layers * layer + e + head
+        for i in range(self.num_layers):  # sparse layers: router + experts instead of the dense MLP
+            if self.is_moe_layer(i):
+                total += self.num_experts * (e + 3 * e * self.moe_intermediate_size) - 3 * e * f
+        return total
 
     @classmethod
     def from_hf(cls, hf: dict[str, Any], **overrides: Any) -> ModelConfig:
-        """Builds a config from a HF `config.json` dict (llama, qwen2, qwen3 model types)."""
+        """Builds a config from a HF `config.json` dict (llama, qwen2, qwen3, qwen3_moe model types)."""
         model_type = hf.get("model_type", "llama")
-        arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "mistral": "llama"}.get(model_type)
+        arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "mistral": "llama"}.get(
+            model_type
+        )
         if arch is None:
-            raise ValueError(f"unsupported HF model_type {model_type!r}; supported: llama, qwen2, qwen3")
+            raise ValueError(f"unsupported HF model_type {model_type!r}; supported: llama, qwen2, qwen3, qwen3_moe")
         unsupported = {
             "hidden_act": hf.get("hidden_act", "silu") not in ("silu", "swish"),
             "use_sliding_window": bool(hf.get("use_sliding_window", False)),
@@ -121,6 +158,9 @@ class ModelConfig:
             "pad_token_id",
             "torch_dtype",
             "dtype",
+            *_MOE_KEYS,
+            "num_local_experts",
+            "mlp_only_layers",
         }
         cfg = dict(
             arch=arch,
@@ -136,13 +176,22 @@ class ModelConfig:
             rms_norm_eps=float(hf.get("rms_norm_eps", 1e-6)),
             tie_embeddings=bool(hf.get("tie_word_embeddings", False)),
             qkv_bias=arch == "qwen2",
-            qk_norm=arch == "qwen3",
+            qk_norm=arch in ("qwen3", "qwen3_moe"),
             max_position_embeddings=hf.get("max_position_embeddings", 8192),
             bos_token_id=hf.get("bos_token_id"),
             eos_token_ids=eos_ids,
             pad_token_id=hf.get("pad_token_id"),
             extra={k: v for k, v in hf.items() if k not in known},
         )
+        if arch == "qwen3_moe":  # transformers 5 writes num_experts as num_local_experts (its attribute_map)
+            cfg.update(
+                num_experts=hf.get("num_experts", hf.get("num_local_experts", 128)),
+                num_experts_per_tok=hf.get("num_experts_per_tok", 8),
+                moe_intermediate_size=hf.get("moe_intermediate_size", 768),
+                norm_topk_prob=bool(hf.get("norm_topk_prob", False)),
+                decoder_sparse_step=hf.get("decoder_sparse_step", 1),
+                mlp_only_layers=tuple(hf.get("mlp_only_layers") or ()),
+            )
         cfg.update(overrides)
         return cls(**cfg)
 
@@ -171,6 +220,9 @@ class ModelConfig:
             pad_token_id=self.pad_token_id,
             torch_dtype=self.param_dtype,
         )
+        if self.arch == "qwen3_moe":
+            hf.update({k: getattr(self, k) for k in _MOE_KEYS}, mlp_only_layers=list(self.mlp_only_layers))
+            hf.pop("num_local_experts", None)
         if self.arch == "llama":
             hf["attention_bias"] = self.qkv_bias
             hf["mlp_bias"] = False

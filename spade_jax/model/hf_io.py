@@ -35,6 +35,64 @@ def hf_name(path: tuple) -> tuple[str, bool]:
     return prefix + ".".join([*mods, suffix]), leaf == "kernel"
 
 
+_EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
+
+
+def expert_param(path: tuple) -> tuple[str, str] | None:
+    """For a stacked MoE expert kernel ([E, in, out], path `layers.i.mlp.experts.<proj>`): (HF prefix
+    "model.layers.i.mlp.experts", proj). HF stores one [out, in] tensor per expert: `<prefix>.<j>.<proj>.weight`."""
+    p = [str(x) for x in path]
+    if len(p) >= 2 and p[-2] == "experts" and p[-1] in _EXPERT_PROJS:
+        return "model." + ".".join(p[:-1]), p[-1]
+    return None
+
+
+class _StackedExperts:
+    """Our [E, in, out] expert kernel as a lazy view over the checkpoint's per-expert [out, in] tensors (sharded
+    loading slices it, reading only the experts and rows a device holds)."""
+
+    def __init__(self, parts: list[Any]):
+        self.parts = parts
+        self.shape = (len(parts), *parts[0].shape)
+        self.dtype = np.dtype(parts[0].dtype)
+
+    def __getitem__(self, idx: tuple) -> np.ndarray:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        experts = range(len(self.parts))[idx[0]] if idx else range(len(self.parts))
+        return np.stack([np.asarray(self.parts[j][tuple(idx[1:])]) for j in experts])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.stack([np.asarray(part, dtype=dtype) for part in self.parts])
+
+
+def _expert_source(
+    prefix: str, proj: str, shape: tuple, tensors: Mapping[str, np.ndarray], used: set[str]
+) -> _StackedExperts:
+    """Collects expert kernel `proj` of every expert: per-expert HF tensors (what checkpoints on disk hold), or
+    the fused `gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I] that transformers 5 keeps in memory."""
+    n, din, dout = shape
+    per_expert = [f"{prefix}.{j}.{proj}.weight" for j in range(n)]
+    fused = f"{prefix}.{'down_proj' if proj == 'down_proj' else 'gate_up_proj'}"
+    if per_expert[0] not in tensors and fused in tensors:
+        src = tensors[fused]
+        rows = dout if proj == "down_proj" else 2 * dout
+        if tuple(src.shape) != (n, rows, din):
+            raise ValueError(f"tensor {fused}: shape {tuple(src.shape)} in the checkpoint, expected {(n, rows, din)}")
+        used.add(fused)
+        lo = dout if proj == "up_proj" else 0
+        return _StackedExperts([src[j, lo : lo + dout, :].T for j in range(n)])
+    parts = []
+    for name in per_expert:
+        if name not in tensors:
+            raise ValueError(f"tensor {name} missing from the checkpoint")
+        if tuple(tensors[name].shape) != (dout, din):
+            got = tuple(tensors[name].shape)
+            raise ValueError(f"tensor {name}: shape {got} in the checkpoint, expected {(dout, din)}")
+        used.add(name)
+        parts.append(tensors[name].T)
+    return _StackedExperts(parts)
+
+
 def _abstract(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
     return nnx.split(nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0))))
 
@@ -59,6 +117,11 @@ def params_from_hf_state_dict(
     used: set[str] = set()
     leaves = []
     for path, var in flat:
+        expert = expert_param(path)
+        if expert is not None:
+            src = _expert_source(*expert, tuple(var.shape), tensors, used)
+            leaves.append((path, var.replace(_to_device(src, target, flat_sh.get(path)))))
+            continue
         name, transposed = hf_name(path)
         if name not in tensors:
             hint = " (config says tie_word_embeddings=false)" if name == "lm_head.weight" else ""
@@ -174,10 +237,28 @@ class _HostTensor:
         return np.ascontiguousarray(host.T if self.transposed else host, dtype=dtype)
 
 
+class _ExpertHostTensor(_HostTensor):
+    """Expert j of a stacked [E, in, out] kernel, as HF's [out, in] tensor; sliced only when written."""
+
+    def __init__(self, stacked: jax.Array, j: int):
+        self.stacked, self.j, self.transposed = stacked, j, True
+        self.shape = tuple(reversed(stacked.shape[1:]))
+        self.dtype = np.dtype(stacked.dtype)
+
+    @property
+    def value(self) -> jax.Array:
+        return self.stacked[self.j]
+
+
 def hf_state_items(model: Transformer) -> list[tuple[str, Any]]:
     """(HF name, host-convertible tensor) pairs for the model's parameters, HF layout, in HF order."""
     items = []
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
+        expert = expert_param(path)
+        if expert is not None:  # stacked experts -> one tensor per expert, as HF checkpoints store them
+            prefix, proj = expert
+            items += [(f"{prefix}.{j}.{proj}.weight", _ExpertHostTensor(var[...], j)) for j in range(var.shape[0])]
+            continue
         name, transposed = hf_name(path)
         items.append((name, _HostTensor(var[...], transposed)))
     return sorted(items, key=lambda kv: kv[0])

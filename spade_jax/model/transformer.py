@@ -1,4 +1,4 @@
-"""Flax NNX decoder-only transformer for the llama / qwen2 / qwen3 families, with an optional KV cache.
+"""Flax NNX decoder-only transformer for the llama / qwen2 / qwen3 / qwen3-moe families, with an optional KV cache.
 
 Parameter names mirror the HF modules (`layers[i].attn.q_proj.kernel` <-> `model.layers.i.self_attn.q_proj`),
 so import and export are a rename plus a transpose. Each parameter carries logical axis names in its
@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from flax import nnx
 
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.moe import MoE
 from spade_jax.model.rope import apply_rope, inv_frequencies
 from spade_jax.model.sharding import constrain
 
@@ -134,13 +135,13 @@ class MLP(nnx.Module):
 
 
 class Block(nnx.Module):
-    """Pre-norm residual block: attention then MLP."""
+    """Pre-norm residual block: attention then MLP (a sparse MoE on the config's MoE layers)."""
 
-    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
+    def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs, layer_idx: int = 0):
         self.input_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         self.attn = Attention(cfg, rngs)
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
-        self.mlp = MLP(cfg, rngs)
+        self.mlp = MoE(cfg, rngs) if cfg.is_moe_layer(layer_idx) else MLP(cfg, rngs)
 
     def __call__(self, x, positions, mask, cache_kv, cache_index):
         h, new_cache = self.attn(self.input_layernorm(x), positions, mask, cache_kv, cache_index)
@@ -162,7 +163,7 @@ class Transformer(nnx.Module):
             embedding_metadata={"logical_axes": ("vocab", "embed")},
             rngs=rngs,
         )
-        self.layers = nnx.List([Block(cfg, rngs) for _ in range(cfg.num_layers)])
+        self.layers = nnx.List([Block(cfg, rngs, i) for i in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         if not cfg.tie_embeddings:
             self.lm_head = _linear(cfg, cfg.hidden_size, cfg.vocab_size, ("embed", "vocab"), rngs)
