@@ -1,0 +1,185 @@
+"""Launchers (`python -m launch.local / launch.slurm / launch.tpu_pod`): --dry-run prints the exact commands, and
+a real run (with stand-in `gcloud`, `tar`, `sbatch`, `srun`, `scontrol` and `spade-jax` programs on PATH that
+record what they are given) executes exactly those commands, with the SPADE_* variables `spade_jax.distributed`
+reads set right in every process."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from spade_jax.distributed import process_info_from_env
+
+ROOT = Path(__file__).resolve().parents[1]
+
+_RECORDER = """#!{python}
+import json, os, sys
+with open(os.environ["LAUNCH_LOG"], "a") as f:
+    env = {{k: v for k, v in os.environ.items() if k.startswith(("SPADE_", "JAX_", "CUDA_VISIBLE"))}}
+    f.write(json.dumps({{"argv": [os.path.basename(sys.argv[0])] + sys.argv[1:], "env": env}}) + "\\n")
+"""
+_SCONTROL = """#!/bin/sh
+[ "$1 $2" = "show hostnames" ] && printf 'gpu-a01\\ngpu-a02\\n'
+"""
+_SRUN = """#!{python}
+import os, subprocess, sys
+args = [a for a in sys.argv[1:] if not a.startswith("--")]
+per_node = int(os.environ["SLURM_NTASKS_PER_NODE"])
+for i in range(int(os.environ["SLURM_NTASKS"])):
+    env = dict(os.environ, SLURM_PROCID=str(i), SLURM_LOCALID=str(i % per_node))
+    subprocess.run(args, env=env, check=True)
+"""
+
+
+@pytest.fixture
+def fake_bin(tmp_path: Path) -> tuple[dict[str, str], Path]:
+    """An environment whose PATH starts with recording stand-ins; returns (env, log file)."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    scripts = {name: _RECORDER for name in ("gcloud", "tar", "sbatch", "spade-jax")}
+    scripts.update(scontrol=_SCONTROL, srun=_SRUN)
+    for name, text in scripts.items():
+        (bin_dir / name).write_text(text.format(python=sys.executable))
+        (bin_dir / name).chmod(0o755)
+    log = tmp_path / "calls.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SPADE_", "SLURM_"))}
+    env.update(PATH=f"{bin_dir}{os.pathsep}{env['PATH']}", LAUNCH_LOG=str(log), PYTHONPATH=str(ROOT))
+    return env, log
+
+
+def _launch(module: str, args: list[str], env: dict[str, str], cwd: Path = ROOT) -> str:
+    proc = subprocess.run(
+        [sys.executable, "-m", f"launch.{module}", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, proc.stderr
+    return proc.stdout
+
+
+def _calls(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
+
+
+def test_local_dry_run_and_run(fake_bin) -> None:
+    env, log = fake_bin
+    args = ["--processes", "3", "--port", "9123", "--cpu", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
+    out = _launch("local", [*args, "--dry-run"], env)
+    assert not _calls(log)  # a dry run runs nothing
+    lines = out.strip().splitlines()
+    assert len(lines) == 3
+    for i, line in enumerate(lines):
+        words = shlex.split(line)
+        assigns = dict(w.split("=", 1) for w in words[:4])
+        assert assigns == {
+            "SPADE_COORDINATOR": "127.0.0.1:9123",
+            "SPADE_NUM_PROCESSES": "3",
+            "SPADE_PROCESS_ID": str(i),
+            "JAX_PLATFORMS": "cpu",
+        }
+        assert words[4:] == ["spade-jax", "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
+        info = process_info_from_env(assigns)  # what spade_jax.distributed.initialize will join
+        assert (info.process_id, info.num_processes, info.coordinator) == (i, 3, "127.0.0.1:9123")
+
+    assert _launch("local", args, env) == out  # a real run prints the same lines and starts those processes
+    calls = sorted(_calls(log), key=lambda c: c["env"]["SPADE_PROCESS_ID"])
+    assert [c["env"]["SPADE_PROCESS_ID"] for c in calls] == ["0", "1", "2"]
+    for c in calls:
+        assert c["argv"] == ["spade-jax", "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
+        assert c["env"]["SPADE_COORDINATOR"] == "127.0.0.1:9123" and c["env"]["JAX_PLATFORMS"] == "cpu"
+
+
+@pytest.mark.parametrize("per", ["gpu", "node"])
+def test_slurm_dry_run_script_runs_one_process_per_task(fake_bin, tmp_path: Path, per: str) -> None:
+    env, log = fake_bin
+    run_dir = tmp_path / "run"
+    args = ["--nodes", "2", "--gpus-per-node", "4", "--per", per, "--partition", "h100", "--port", "9000"]
+    args += ["--run-dir", str(run_dir), "--resume", "loop.steps=200"]
+    out = _launch("slurm", [*args, "--dry-run"], env)
+    assert not _calls(log) and not run_dir.exists()
+    tasks = 4 if per == "gpu" else 1
+    for directive in ("--nodes=2", f"--ntasks-per-node={tasks}", "--gpus-per-node=4", "--partition=h100"):
+        assert f"#SBATCH {directive}\n" in out
+    assert out.rstrip().endswith(f"sbatch {run_dir / 'job.sbatch'}")
+
+    _launch("slurm", args, env)  # writes the script and submits it (to the stand-in sbatch)
+    script = (run_dir / "job.sbatch").read_text()
+    assert script.strip() in out  # the dry run printed exactly the script that is submitted
+    assert [c["argv"] for c in _calls(log)] == [["sbatch", str(run_dir / "job.sbatch")]]
+
+    # Run the script as SLURM would, on 2 nodes: srun starts one task per GPU (or per node).
+    log.unlink()
+    slurm_env = dict(env, SLURM_JOB_NODELIST="gpu-a[01-02]", SLURM_NTASKS=str(2 * tasks))
+    slurm_env["SLURM_NTASKS_PER_NODE"] = str(tasks)
+    subprocess.run(["bash", str(run_dir / "job.sbatch")], env=slurm_env, check=True, timeout=60)
+    calls = _calls(log)
+    assert len(calls) == 2 * tasks
+    for i, c in enumerate(calls):
+        assert c["argv"] == ["spade-jax", "selfplay", "--preset", "demo", "--run-dir", str(run_dir), "--resume"] + [
+            "loop.steps=200"
+        ]
+        info = process_info_from_env(c["env"])
+        assert (info.process_id, info.num_processes, info.coordinator) == (i, 2 * tasks, "gpu-a01:9000")
+        if per == "gpu":
+            assert c["env"]["CUDA_VISIBLE_DEVICES"] == str(i % tasks)  # one GPU per process
+        else:
+            assert "CUDA_VISIBLE_DEVICES" not in c["env"]  # the process sees all GPUs of its node
+
+
+def _printed_commands(out: str) -> list[list[str]]:
+    return [shlex.split(line) for line in out.strip().splitlines()]
+
+
+def test_tpu_pod_create_copy_install_run(fake_bin, tmp_path: Path) -> None:
+    env, log = fake_bin
+    args = ["--name", "spade", "--zone", "us-east5-a", "--project", "p1", "--accelerator", "v5p-64", "--spot"]
+    args += ["--preset", "paper-4b", "--run-dir", "gs://bucket/run", "loop.steps=200"]
+    out = _launch("tpu_pod", [*args, "--dry-run"], env, cwd=tmp_path)
+    assert not _calls(log)
+    cmds = _printed_commands(out)
+    where = ["--zone", "us-east5-a", "--project", "p1"]
+    tpu = ["gcloud", "compute", "tpus", "tpu-vm"]
+    assert cmds[0] == tpu + ["create", "spade", *where, "--accelerator-type", "v5p-64"] + cmds[0][-3:]
+    assert cmds[0][-3] == "--version" and cmds[0][-1] == "--spot"
+    assert cmds[1][:2] == ["tar", "czf"] and "--exclude=.venv" in cmds[1]
+    assert cmds[2] == tpu + ["scp", cmds[1][2], "spade:~/", *where, "--worker=all"]
+    setup, run = cmds[3], cmds[4]
+    for c in (setup, run):
+        assert c[: 7 + len(where)] == tpu + ["ssh", "spade", *where, "--worker=all"] and c[-2] == "--command"
+    assert "pip install" in setup[-1] and ".[tpu]" in setup[-1]
+    assert run[-1].endswith("spade-jax selfplay --preset paper-4b --run-dir gs://bucket/run loop.steps=200")
+
+    assert _launch("tpu_pod", args, env, cwd=tmp_path) == out
+    assert [c["argv"] for c in _calls(log)] == cmds  # the run executed exactly the printed commands, in order
+
+
+def test_tpu_pod_reuse_with_git_source(fake_bin) -> None:
+    env, log = fake_bin
+    args = ["--name", "s", "--zone", "z", "--reuse", "--source", "https://example.org/spade-jax.git", "--dry-run"]
+    cmds = _printed_commands(_launch("tpu_pod", args, env))
+    assert not any("create" in c for c in cmds) and not any(c[0] == "tar" for c in cmds)  # existing slice, no copy
+    assert len(cmds) == 2 and re.search(r"git clone --depth 1 https://example.org/spade-jax.git", cmds[0][-1])
+
+
+def test_gpu_and_tpu_extras_and_no_tpu_only_code_in_core() -> None:
+    """GPU retargeting: `pip install -e .[cuda]` exists, and the core never names a TPU-only API."""
+    import tomllib
+
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    assert any(d.startswith("jax[cuda") for d in extras["cuda"]) and any(
+        d.startswith("jax[tpu]") for d in extras["tpu"]
+    )
+    tpu_only = re.compile(
+        r"jax\.experimental\.pallas\.ops\.tpu|pltpu|libtpu|jax\.devices\(\s*['\"]tpu|platform\s*==\s*['\"]tpu"
+    )
+    offenders = [
+        str(p.relative_to(ROOT))
+        for p in (ROOT / "spade_jax").rglob("*.py")
+        if tpu_only.search(p.read_text(encoding="utf-8", errors="replace"))
+    ]
+    assert not offenders, f"TPU-only code in the core: {offenders}"
