@@ -33,12 +33,14 @@ class ShardingRules:
     """Logical axis name -> mesh axis, tuple of mesh axes, or None (replicated); one table per kind of array.
 
     Defaults: FSDP over "fsdp" (embed dim of every weight) plus tensor parallelism over "tensor" (heads, mlp,
-    vocab); the batch is split over data x fsdp x expert.
+    vocab); the batch is split over data x fsdp x expert. MoE expert kernels are split over "expert" (expert
+    parallelism); every other weight's embed dim is split over fsdp x expert, so an expert axis never leaves
+    the dense weights and their optimizer state replicated.
     """
 
     params: tuple[tuple[str, MeshAxes], ...] = (
         ("vocab", "tensor"),
-        ("embed", "fsdp"),
+        ("embed", ("fsdp", "expert")),  # "expert" is taken first by the expert dim of expert kernels
         ("q_heads", "tensor"),
         ("kv_heads", "tensor"),
         ("mlp", "tensor"),
