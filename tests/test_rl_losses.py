@@ -47,6 +47,17 @@ def test_policy_loss_clipping_both_sides_and_is_truncation():
     np.testing.assert_allclose(grad, expected_grad, atol=1e-6)
 
 
+def test_unknown_sampler_logprobs_mean_weight_one():
+    logp = jnp.log(jnp.asarray(RATIOS, jnp.float32))
+    sampler = jnp.full(7, jnp.nan)
+    loss, m = policy_loss(logp, jnp.zeros(7), sampler, jnp.asarray(ADV, jnp.float32), jnp.asarray(MASK))
+    assert float(m["is_weight_mean"]) == 1.0 and np.isfinite(float(m["sampler_kl"]))
+    expected = (-1.28 + 0.8 - 2.2 + 0.8 + 1.5 - 0.5) / 6  # the clipped terms of the first test, weights all 1
+    assert float(loss) == pytest.approx(expected, abs=1e-6)
+    b = pack_sequences([Sample([1], [2, 3], completion_mask=[1, 0])], length_buckets=(4,), batch_buckets=(1,))
+    np.testing.assert_array_equal(np.isnan(b.sampler_logprobs[0]), [False, True, False, False])
+
+
 def test_policy_loss_is_cap_and_clip_eps_configurable():
     logp = jnp.log(jnp.asarray(RATIOS, jnp.float32))
     loss, _ = _pl(logp, is_cap=10.0, clip_low=0.6, clip_high=1.0)

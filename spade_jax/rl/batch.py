@@ -34,7 +34,7 @@ class TrainBatch:
     positions: Any  # int32 [N, L], restarting at 0 in every segment
     segment_ids: Any  # int32 [N, L], 1.. per packed sample, 0 on padding
     loss_mask: Any  # float32 [N, L], 1 on policy-produced tokens that are trained
-    sampler_logprobs: Any  # float32 [N, L], log-prob of each token under the sampler (0 where not trained)
+    sampler_logprobs: Any  # float32 [N, L], log-prob of each token under the sampler (0 where not trained, NaN unknown)
     advantages: Any  # float32 [N, L], the advantage of the sample each token belongs to
     roles: Any  # int32 [N], 0 agent / 1 designer / -1 padding row
     sample_ids: Any  # int32 [N, L], index of the input sample each token came from, -1 on padding
@@ -56,8 +56,8 @@ class Sample:
 
     completion_mask: 1 on tokens the policy produced (trained), 0 on observation tokens inserted by the
     environment between turns; None means all ones. logprobs: the sampler's log-prob of each completion
-    token (any value where the mask is 0); None means 0 (then set `old_logprobs` explicitly or accept an
-    importance weight of exp(learner - 0) capped at C). advantage: scalar, or one value per completion token.
+    token (any value where the mask is 0); None means unknown (NaN in the batch): those tokens get importance
+    weight 1, i.e. the sampler is assumed to be the learner. advantage: scalar, or one per completion token.
     """
 
     prompt_ids: Sequence[int]
@@ -97,7 +97,7 @@ def _sample_arrays(s: Sample, index: int) -> dict[str, np.ndarray]:
     if p == 0:
         raise ValueError(f"sample {index}: empty prompt (the first completion token needs a token before it)")
     mask = np.ones(c, np.float32) if s.completion_mask is None else np.asarray(s.completion_mask, np.float32)
-    lp = np.zeros(c, np.float32) if s.logprobs is None else np.asarray(s.logprobs, np.float32)
+    lp = np.full(c, np.nan, np.float32) if s.logprobs is None else np.asarray(s.logprobs, np.float32)
     adv = np.broadcast_to(np.asarray(s.advantage, np.float32), (c,))
     for name, arr in (("completion_mask", mask), ("logprobs", lp), ("advantage", adv)):
         if arr.shape != (c,):
@@ -106,7 +106,7 @@ def _sample_arrays(s: Sample, index: int) -> dict[str, np.ndarray]:
     return dict(
         tokens=np.concatenate([np.asarray(s.prompt_ids, np.int32), np.asarray(s.completion_ids, np.int32)]),
         loss_mask=np.concatenate([zeros, mask]),
-        sampler_logprobs=np.concatenate([zeros, lp * (mask > 0)]),
+        sampler_logprobs=np.concatenate([zeros, np.where(mask > 0, lp, 0.0)]),
         advantages=np.concatenate([zeros, adv]),
     )
 

@@ -86,13 +86,15 @@ def policy_loss(
 
     Per token: ratio = exp(logp - old_logp); pg = -min(ratio * A, clip(ratio, 1 - clip_low, 1 + clip_high) * A);
     the importance weight w = min(exp(old_logp - sampler_logp), is_cap) (no gradient) corrects for the sampler
-    not being the learner (different numerics, or a stale policy version); loss = w * pg + kl_coef * k3
+    not being the learner (different numerics, or a stale policy version; NaN sampler log-probs mean unknown and
+    give weight 1); loss = w * pg + kl_coef * k3
     - entropy_coef * entropy, with k3 = exp(ref - logp) - (ref - logp) - 1. Metrics are means over the same
     normalizer (so they add across micro-batches), except `is_weight_max` (combine with max).
     """
     mask = mask.astype(jnp.float32)
     norm = jnp.maximum(jnp.sum(mask), 1.0) if normalizer is None else normalizer
     old = jax.lax.stop_gradient(old_logprobs)
+    sampler_logprobs = jnp.where(jnp.isnan(sampler_logprobs), old, sampler_logprobs)
     log_ratio = logprobs - old
     ratio = jnp.exp(log_ratio)
     clipped = jnp.clip(ratio, 1.0 - clip_low, 1.0 + clip_high)
