@@ -1,0 +1,334 @@
+"""The Environment Designer: prompt (contract, kind and skill, grounding document, exemplars), generation,
+extraction and gates, with bounded repair attempts that feed the failing gate's reason back.
+
+All designs of a step are generated in one sampler call, validated in parallel in the host pool, and every
+attempt (valid or not) is recorded in the memory with its verdict. Prompts are rendered with the model's chat
+template and budgeted so prompt + completion fit the context: exemplars are dropped first (negatives, then
+positives), then the grounding document is shortened.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from spade_jax.envs.contract import CONTRACT_TEXT
+from spade_jax.envs.gates import GateConfig, Verdict, validate
+from spade_jax.selfplay.config import DesignerConfig
+from spade_jax.selfplay.corpus import Document
+from spade_jax.selfplay.memory import EnvRecord, Memory
+
+__all__ = ["DesignAttempt", "DesignResult", "DesignTarget", "Designer", "PromptParts", "design_messages"]
+
+_SYSTEM = (
+    "You are an expert designer of training environments for language-model agents. You write complete, "
+    "correct, deterministic Python environments that follow the given contract exactly."
+)
+_KIND_NOTES = {
+    "game": "a multi-turn GAME with hidden state, a real decision every turn, a win and a lose condition",
+    "tool": "a multi-turn TOOL-USE task against a simulated backend, solved by calling tools and then answering",
+    "reasoning": "a REASONING question (one or a few turns) with a single verifiable answer",
+}
+
+
+@dataclass(frozen=True)
+class DesignTarget:
+    """What to design: the kind and the skill (or tool domain)."""
+
+    kind: str
+    skill: str
+
+
+@dataclass
+class PromptParts:
+    """The variable pieces of a designer prompt (what the budget may trim)."""
+
+    target: DesignTarget
+    document: Document | None = None
+    positives: list[EnvRecord] = field(default_factory=list)
+    negatives: list[EnvRecord] = field(default_factory=list)
+    exemplar_max_chars: int = 4000
+
+
+def _positive_block(recs: Sequence[EnvRecord], max_chars: int) -> str:
+    parts = []
+    for i, r in enumerate(recs, 1):
+        code = r.code if len(r.code) <= max_chars else r.code[:max_chars] + "\n# ... (truncated)\n"
+        if r.win_rate_no_hint is None:
+            stats = "a well-formed reference environment"
+        else:
+            stats = f"agent win rate {r.win_rate_no_hint:.2f}, hint regret {r.regret or 0.0:.2f}"
+        parts.append(f"### Example {i} ({r.kind}, skill: {r.skill}; {stats})\n```python\n{code.strip()}\n```")
+    return "\n\n".join(parts)
+
+
+def _negative_block(recs: Sequence[EnvRecord]) -> str:
+    lines = []
+    for r in recs:
+        wr = r.win_rate_no_hint or 0.0
+        why = "too easy" if wr > 0.5 else "too hard"
+        lines.append(f"- {why} (agent win rate {wr:.2f}): {r.name or r.id} ({r.kind}, skill: {r.skill})")
+    return "\n".join(lines)
+
+
+def design_messages(parts: PromptParts) -> list[dict]:
+    """Chat messages of a designer prompt."""
+    t = parts.target
+    sections = [CONTRACT_TEXT.strip(), "# Your task"]
+    sections.append(
+        f'Write a NEW environment of kind "{t.kind}" ({_KIND_NOTES.get(t.kind, t.kind)}) that trains the skill: '
+        f'{t.skill}. Set KIND = "{t.kind}" and SKILL = "{t.skill}".'
+    )
+    if parts.document is not None:
+        sections.append(
+            "Ground the environment in the document below: take its theme, entities, rules or facts and turn "
+            "them into the environment's hidden state and mechanics (the agent never sees the document).\n"
+            f"<document>\n{parts.document.text.strip()}\n</document>"
+        )
+    if parts.positives:
+        sections.append(
+            "Environments at the right difficulty for the current agent (learn from their structure, do not "
+            "copy them):\n\n" + _positive_block(parts.positives, parts.exemplar_max_chars)
+        )
+    if parts.negatives:
+        sections.append("Do not make environments like these:\n" + _negative_block(parts.negatives))
+    sections.append(
+        "The agent should be able to win by reasoning well, random play must win at most 15% of episodes, and "
+        "the same seed must always give the same episode. Reply with the complete file in ONE ```python code "
+        "block, with no other code blocks."
+    )
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(sections)}]
+
+
+def repair_messages(base: list[dict], previous: str, verdict: Verdict) -> list[dict]:
+    """The conversation for a repair attempt: the failed reply and the gate's reason."""
+    feedback = (
+        f"Your environment was rejected at the '{verdict.gate}' gate: {verdict.reason}\n"
+        "Fix the problem and reply with the complete corrected file in ONE ```python code block."
+    )
+    return [*base, {"role": "assistant", "content": previous}, {"role": "user", "content": feedback}]
+
+
+@dataclass
+class DesignAttempt:
+    """One generation and its verdict; `record_id` is its row in the memory."""
+
+    attempt: int
+    prompt_ids: list[int]
+    completion_ids: list[int]
+    logprobs: list[float]
+    raw_logprobs: list[float]
+    text: str
+    finish_reason: str
+    verdict: Verdict
+    record_id: str
+    messages: list[dict] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return self.verdict.valid
+
+
+@dataclass
+class DesignResult:
+    """All attempts for one target; the environment is the last attempt's when that one is valid."""
+
+    target: DesignTarget
+    doc_id: str | None
+    attempts: list[DesignAttempt] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return bool(self.attempts) and self.attempts[-1].valid
+
+    @property
+    def env_id(self) -> str | None:
+        return self.attempts[-1].record_id if self.valid else None
+
+    @property
+    def source(self) -> str | None:
+        return self.attempts[-1].verdict.source if self.valid else None
+
+
+class Designer:
+    """Generates, validates, repairs and records environments."""
+
+    def __init__(
+        self,
+        sampler: Any,
+        tokenizer: Any,
+        pool: Any,
+        memory: Memory,
+        config: DesignerConfig = DesignerConfig(),
+        *,
+        corpus: Any = None,
+        gate_config: GateConfig = GateConfig(),
+        exemplars: tuple[int, int] = (2, 1),
+        exemplar_max_chars: int = 4000,
+        threads: int = 1,
+        seed: int = 0,
+    ):
+        self.sampler, self.tokenizer, self.pool, self.memory = sampler, tokenizer, pool, memory
+        self.config, self.corpus, self.gate_config = config, corpus, gate_config
+        self.exemplars, self.exemplar_max_chars = exemplars, exemplar_max_chars
+        self.threads, self.seed = threads, seed
+        sampler_ctx = getattr(sampler, "max_total_len", None) or config.context_len
+        self.context_len = min(config.context_len, sampler_ctx)
+        self.max_new_tokens = min(config.max_new_tokens, self.context_len // 2)
+        self.calls = 0
+
+    # --------------------------------------------------------------------------------- prompt budget
+    def encode(self, messages: list[dict]) -> list[int]:
+        """Token ids of the rendered chat prompt."""
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    @property
+    def prompt_budget(self) -> int:
+        return self.context_len - self.max_new_tokens
+
+    def fit(self, parts: PromptParts, extra: list[dict] | None = None) -> tuple[list[dict], list[int], PromptParts]:
+        """Messages and ids of the prompt trimmed to the budget (exemplars first, then the document)."""
+        budget = self.prompt_budget
+
+        def render(p: PromptParts) -> tuple[list[dict], list[int]]:
+            msgs = design_messages(p)
+            return msgs, self.encode(msgs + (extra or []))
+
+        msgs, ids = render(parts)
+        while len(ids) > budget and (parts.negatives or parts.positives):
+            if parts.negatives:
+                parts.negatives = parts.negatives[:-1]
+            else:
+                parts.positives = parts.positives[:-1]
+            msgs, ids = render(parts)
+        if len(ids) > budget and parts.document is not None:
+            doc = parts.document
+            doc_ids = list(self.tokenizer.encode(doc.text, add_special_tokens=False))
+            keep = len(doc_ids) - (len(ids) - budget) - 8
+            if keep < self.config.min_doc_tokens:
+                parts.document = None
+            else:
+                parts.document = Document(doc.id, self.tokenizer.decode(doc_ids[:keep]), doc.source, True)
+            msgs, ids = render(parts)
+            while len(ids) > budget and parts.document is not None:  # re-tokenisation can add a few tokens
+                cut = parts.document.text[: int(len(parts.document.text) * 0.9)]
+                parts.document = Document(doc.id, cut, doc.source, True) if len(cut) > 200 else None
+                msgs, ids = render(parts)
+        if len(ids) > budget:
+            raise ValueError(
+                f"designer prompt needs {len(ids)} tokens even without exemplars and document, but only "
+                f"{budget} fit (context {self.context_len} - {self.max_new_tokens} new tokens): raise "
+                "designer.context_len or lower designer.max_new_tokens"
+            )
+        return msgs, ids, parts
+
+    def parts_for(self, target: DesignTarget) -> PromptParts:
+        """Draws a grounding document and exemplars for one target."""
+        doc = self.corpus.next() if (self.corpus is not None and self.config.use_corpus) else None
+        pos = neg = []
+        if self.config.use_memory:
+            pos = self.memory.positives(self.exemplars[0], kind=target.kind, skill=target.skill)
+            neg = self.memory.negatives(self.exemplars[1], kind=target.kind, skill=target.skill)
+        return PromptParts(target, doc, list(pos), list(neg), self.exemplar_max_chars)
+
+    # --------------------------------------------------------------------------------------- design
+    def _generate(self, prompts: list[list[int]]) -> list[Any]:
+        from spade_jax.sampling import SamplingParams
+
+        params = SamplingParams(
+            max_new_tokens=self.max_new_tokens,
+            temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
+            seed=self.seed * 1_000_003 + self.calls,
+        )
+        self.calls += 1
+        return self.sampler.generate(prompts, params)
+
+    def _validate(self, texts: list[str]) -> list[Verdict]:
+        """Verdicts in order. Serial by default: on Python 3.11, `ast.parse` in concurrent threads can fail
+        with a spurious SystemError (CPython gh-106905), and the gates parse; raise `threads` only where
+        the gates serialise their parsing."""
+
+        def one(text: str) -> Verdict:
+            try:
+                return validate(text, self.pool, archive=self.memory.novelty, config=self.gate_config)
+            except Exception as e:  # a validator bug must not end the run: the attempt is simply invalid
+                return Verdict(False, "internal", f"validation raised {type(e).__name__}: {e}")
+
+        if len(texts) <= 1 or self.threads <= 1:
+            return [one(t) for t in texts]
+        with ThreadPoolExecutor(max_workers=min(self.threads, len(texts))) as ex:
+            return list(ex.map(one, texts))
+
+    def design(self, targets: Sequence[DesignTarget], step: int) -> list[DesignResult]:
+        """Designs one environment per target (with repairs), recording every attempt in the memory."""
+        results: list[DesignResult] = []
+        convs: list[list[dict]] = []
+        prompts: list[list[int]] = []
+        for target in targets:
+            msgs, ids, parts = self.fit(self.parts_for(target))
+            results.append(DesignResult(target, parts.document.id if parts.document else None))
+            convs.append(msgs)
+            prompts.append(ids)
+        pending = list(range(len(results)))
+        for attempt in range(self.config.max_repairs + 1):
+            if not pending:
+                break
+            completions = self._generate([prompts[i] for i in pending])
+            verdicts = self._validate([c.text for c in completions])
+            for i, comp, verdict in zip(pending, completions, verdicts):
+                res = results[i]
+                parent = res.attempts[-1].record_id if res.attempts else None
+                verdict = self._recheck_novelty(verdict)
+                rec = self.memory.record_attempt(
+                    verdict.source or comp.text, kind=res.target.kind, skill=res.target.skill, step=step,
+                    valid=verdict.valid, gate=verdict.gate, reason=verdict.reason, doc_id=res.doc_id,
+                    parent_id=parent, attempt=attempt, name=str(verdict.details.get("class_name") or ""),
+                )  # fmt: skip
+                res.attempts.append(DesignAttempt(
+                    attempt, list(prompts[i]), [int(t) for t in comp.token_ids], [float(x) for x in comp.logprobs],
+                    [float(x) for x in getattr(comp, "raw_logprobs", comp.logprobs)], comp.text,
+                    comp.finish_reason, verdict, rec.id, convs[i],
+                ))  # fmt: skip
+            pending = [i for i in pending if not results[i].attempts[-1].valid]
+            if attempt < self.config.max_repairs:
+                for i in pending:
+                    self._prepare_repair(i, results[i], convs, prompts)
+        return results
+
+    def _recheck_novelty(self, verdict: Verdict) -> Verdict:
+        """Designs of the same batch may copy each other: recheck against what was recorded meanwhile."""
+        if not verdict.valid or verdict.source is None:
+            return verdict
+        result = self.memory.check_novelty(verdict.source)
+        if result.novel:
+            return verdict
+        return Verdict(False, "novelty", result.reason, verdict.details, verdict.source)
+
+    def _prepare_repair(self, i: int, res: DesignResult, convs: list[list[dict]], prompts: list[list[int]]) -> None:
+        last = res.attempts[-1]
+        previous = f"```python\n{last.verdict.source.strip()}\n```" if last.verdict.source else last.text
+        prev_ids = list(self.tokenizer.encode(previous, add_special_tokens=False))
+        if len(prev_ids) > self.prompt_budget // 2:  # a runaway reply: keep its head so the prompt fits
+            previous = self.tokenizer.decode(prev_ids[: self.prompt_budget // 2]) + "\n... (truncated)"
+        base = convs[i][:2]
+        tail = repair_messages([], previous, last.verdict)
+        parts = PromptParts(res.target, None, [], [], self.exemplar_max_chars)
+        if self.corpus is not None and self.config.use_corpus and res.doc_id is not None:
+            parts.document = _document_in(base)
+        msgs, ids, _ = self.fit(parts, extra=tail)
+        convs[i] = msgs + tail
+        prompts[i] = ids
+
+
+def _document_in(messages: list[dict]) -> Document | None:
+    """The grounding document embedded in a designer prompt (so a repair keeps the same grounding)."""
+    text = messages[-1]["content"]
+    start, end = text.find("<document>\n"), text.find("\n</document>")
+    if start < 0 or end < 0:
+        return None
+    return Document("repair", text[start + len("<document>\n") : end], "prompt")

@@ -1,0 +1,113 @@
+"""Privileged hints for the hinted plays: the environment's own `hint()` when it has one, else written by the
+model from the environment's source (temperature 0.3, 1-3 sentences under 100 words, the approach and never
+the answer). Model hints for many environments are written in one batched sampler call.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Sequence
+from typing import Any
+
+from spade_jax.selfplay.config import HintConfig
+
+__all__ = ["HintWriter", "clean_hint", "defines_hint", "hint_messages", "inject_hint"]
+
+_GAME_PROMPT = """You are given the Python source of a text environment that an agent will play. The agent sees \
+only the text observations, never this code. Write a hint that will be appended to the agent's first \
+observation.
+
+The hint must explain the APPROACH or strategy that wins this specific environment, and the exact reply format \
+it expects. Do not reveal the answer, secret values or code internals. Use 1-3 sentences, under 100 words. \
+Reply with the hint text only."""
+
+_TOOL_PROMPT = """You are given the Python source of a multi-turn tool-use environment. The agent sees only the \
+task text and the tool results, never this code, and calls tools with <tool_call>{...}</tool_call> before \
+finishing with <answer>...</answer>. Write a hint that will be appended to the agent's first observation.
+
+Describe the plan in terms of which kinds of tools to use in which order, and say to read each tool result \
+before acting. Never write concrete ids, names, amounts or answers from the code: the agent must discover \
+them. Use 1-3 sentences, under 100 words. Reply with the hint text only."""
+
+_LABEL_RE = re.compile(r"^\s*(?:\*\*)?(?:hint|answer|response)(?:\*\*)?\s*[:\-]\s*", re.I)
+_SENTENCE_RE = re.compile(r"(?<=[.!?])\s+")
+
+
+def defines_hint(source: str) -> bool:
+    """True when some class in the source defines a `hint` method (read with `ast`, never executed)."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return False
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef):
+            for item in node.body:
+                if isinstance(item, ast.FunctionDef | ast.AsyncFunctionDef) and item.name == "hint":
+                    return True
+    return False
+
+
+def clean_hint(text: str, max_words: int = 100, max_sentences: int = 3) -> str:
+    """The hint as the agent sees it: think blocks, code fences, labels and quotes removed, cut to 3 sentences
+    and `max_words` words."""
+    text = re.sub(r"<think>.*?(</think>|$)", " ", text or "", flags=re.S)
+    text = re.sub(r"```.*?(```|$)", " ", text, flags=re.S)
+    text = _LABEL_RE.sub("", text.strip())
+    text = " ".join(text.split()).strip().strip('"').strip("'").strip()
+    sentences = [s for s in _SENTENCE_RE.split(text) if s.strip()]
+    text = " ".join(sentences[:max_sentences])
+    words = text.split()
+    if len(words) > max_words:
+        text = " ".join(words[:max_words]).rstrip(",;:") + "..."
+    return text
+
+
+def inject_hint(observation: str, hint: str | None, template: str = "{observation}\n\nHINT: {hint}") -> str:
+    """First observation with the hint appended (unchanged when there is no hint)."""
+    if not hint:
+        return observation
+    return template.format(observation=observation, hint=hint)
+
+
+def hint_messages(source: str, kind: str = "game") -> list[dict]:
+    """Chat messages asking the model for a hint about `source`."""
+    system = _TOOL_PROMPT if kind == "tool" else _GAME_PROMPT
+    user = f"Environment source:\n```python\n{source.strip()}\n```\n\nWrite the hint now."
+    return [{"role": "system", "content": system}, {"role": "user", "content": user}]
+
+
+class HintWriter:
+    """Writes hints with the policy itself, batched; keeps the prompt within the context budget."""
+
+    def __init__(self, sampler: Any, tokenizer: Any, config: HintConfig = HintConfig(), *, context_len: int = 4096):
+        self.sampler, self.tokenizer, self.config = sampler, tokenizer, config
+        self.context_len = context_len
+
+    def _prompt_ids(self, source: str, kind: str) -> list[int]:
+        budget = self.context_len - self.config.max_new_tokens
+        text = source
+        for _ in range(8):
+            ids = self.tokenizer.encode(
+                self.tokenizer.apply_chat_template(hint_messages(text, kind)), add_special_tokens=False
+            )
+            if len(ids) <= budget:
+                return ids
+            text = text[: int(len(text) * budget / len(ids) * 0.9)]  # keep the head (setup, rules) of the code
+        return ids[-budget:]
+
+    def write(self, items: Sequence[tuple[str, str]], *, seed: int = 0) -> list[tuple[str, Any]]:
+        """Hints for (source, kind) items in one sampler call: [(clean hint, Completion)] in order."""
+        if not items:
+            return []
+        from spade_jax.sampling import SamplingParams
+
+        prompts = [self._prompt_ids(src, kind) for src, kind in items]
+        params = SamplingParams(
+            max_new_tokens=self.config.max_new_tokens,
+            temperature=self.config.temperature,
+            stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
+            seed=seed,
+        )
+        completions = self.sampler.generate(prompts, params)
+        return [(clean_hint(c.text, self.config.max_words, self.config.max_sentences), c) for c in completions]

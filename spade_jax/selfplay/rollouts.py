@@ -1,0 +1,504 @@
+"""Batched multi-turn agent episodes: all live episodes advance together, one sampler call per turn.
+
+Each turn the conversations of every live episode go to the policy in ONE call (token-in, token-out: the
+engine keeps each episode's exact token sequence, so what the learner trains on is what the sampler saw),
+the replies go to the host pool in parallel, and finished episodes drop out (a session owns a sandbox
+worker, so at most `pool.num_workers` episodes are live; waiting ones start as workers free up). Per
+episode it records the token ids of every turn, the loss mask (1 only on tokens the policy produced), the
+sampler log-probs, the rewards and return, the condition (hint / no_hint) and the environment id.
+
+Failure handling: a reply in the wrong format is the environment's business (it answers with a reminder);
+context overflow ends the episode cleanly ('context'); a step that times out ends it with reward -0.5
+('timeout'); any other sandbox failure discards the episode (counted, the run goes on).
+The policy is pluggable: `ModelPolicy` samples from the model, any object with `act(requests)` can replace it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from spade_jax.envs.base import extract_answer, extract_boxed, parse_tool_calls
+from spade_jax.selfplay.config import RolloutConfig
+from spade_jax.selfplay.hints import inject_hint
+
+__all__ = [
+    "Episode",
+    "EpisodeSpec",
+    "ModelPolicy",
+    "Policy",
+    "RolloutEngine",
+    "RolloutResult",
+    "ScriptedPolicy",
+    "TurnReply",
+    "TurnRequest",
+]
+
+HINT, NO_HINT = "hint", "no_hint"
+_SANDBOX_FAILURES = ("crashed", "memory", "bad_return", "exception", "load_error")
+_ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
+
+
+@dataclass(frozen=True)
+class EpisodeSpec:
+    """One episode to play: which environment, which reset seed, and whether the agent gets the hint.
+
+    `hint` is a fixed hint (e.g. written by the model); with `env_hint` the engine asks the environment's own
+    `hint()` after reset (falling back to `hint` when that fails or is empty).
+    """
+
+    env_id: str
+    source: str
+    seed: int
+    condition: str = NO_HINT
+    hint: str | None = None
+    env_hint: bool = False
+    kind: str = "game"
+    group_id: str | None = None
+
+    @property
+    def group(self) -> str:
+        return self.group_id or f"{self.env_id}/{self.condition}"
+
+
+@dataclass
+class TurnRequest:
+    """What the policy sees for one live episode this turn."""
+
+    index: int
+    prompt_ids: list[int]
+    messages: list[dict]
+    max_new_tokens: int
+    stop_strings: tuple[str, ...]
+    spec: EpisodeSpec
+    hint: str | None
+    turn: int
+
+
+@dataclass
+class TurnReply:
+    """The policy's reply; token ids/log-probs may be None for scripted policies (then the text is encoded)."""
+
+    text: str
+    token_ids: list[int] | None = None
+    logprobs: list[float] | None = None
+    raw_logprobs: list[float] | None = None
+    finish_reason: str = "eos"
+
+
+class Policy(Protocol):
+    """Anything that answers a batch of turn requests."""
+
+    def act(self, requests: list[TurnRequest]) -> list[TurnReply]: ...
+
+
+@dataclass
+class Episode:
+    """A finished episode. `completion_*` cover everything after the first prompt (agent turns and the
+    observations in between); `completion_mask` is 1 exactly on the agent's own tokens."""
+
+    spec: EpisodeSpec
+    prompt_ids: list[int] = field(default_factory=list)
+    completion_ids: list[int] = field(default_factory=list)
+    completion_mask: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    raw_logprobs: list[float] = field(default_factory=list)
+    turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    messages: list[dict] = field(default_factory=list)
+    rewards: list[float] = field(default_factory=list)
+    episode_return: float = 0.0
+    won: bool = False
+    end_reason: str = ""
+    discarded: bool = False
+    error: str | None = None
+    format_errors: int = 0
+    hint: str | None = None
+
+    @property
+    def condition(self) -> str:
+        return self.spec.condition
+
+    @property
+    def env_id(self) -> str:
+        return self.spec.env_id
+
+    @property
+    def turns(self) -> int:
+        return len(self.turn_spans)
+
+    @property
+    def agent_tokens(self) -> int:
+        return int(sum(self.completion_mask))
+
+
+@dataclass
+class RolloutResult:
+    """All episodes (discarded ones included, flagged) plus timing and failure counts."""
+
+    episodes: list[Episode]
+    wall_s: float = 0.0
+    policy_s: float = 0.0
+    pool_s: float = 0.0
+    turns: int = 0
+    failures: Counter = field(default_factory=Counter)
+
+    @property
+    def kept(self) -> list[Episode]:
+        return [e for e in self.episodes if not e.discarded]
+
+    def stats(self) -> dict[str, float]:
+        """Summary for logging."""
+        kept = self.kept
+        out = {
+            "episodes": float(len(self.episodes)),
+            "discarded": float(len(self.episodes) - len(kept)),
+            "wall_s": self.wall_s,
+            "policy_share": self.policy_s / self.wall_s if self.wall_s else 0.0,
+            "pool_share": self.pool_s / self.wall_s if self.wall_s else 0.0,
+            "episodes_per_s": len(self.episodes) / self.wall_s if self.wall_s else 0.0,
+        }
+        for cond in (HINT, NO_HINT):
+            eps = [e for e in kept if e.condition == cond]
+            if eps:
+                out[f"return_{cond}"] = sum(e.episode_return for e in eps) / len(eps)
+                out[f"win_rate_{cond}"] = sum(e.won for e in eps) / len(eps)
+        if kept:
+            out["turns_mean"] = sum(e.turns for e in kept) / len(kept)
+            out["format_errors_mean"] = sum(e.format_errors for e in kept) / len(kept)
+        for reason, n in Counter(e.end_reason for e in self.episodes).items():
+            out[f"end_{reason}"] = float(n)
+        return out
+
+
+# ------------------------------------------------------------------------------------------ policies
+
+
+class ModelPolicy:
+    """The language model as the agent: one `sampler.generate` call per group of equal budgets."""
+
+    def __init__(self, sampler: Any, tokenizer: Any, *, temperature: float = 0.6, top_p: float = 1.0, seed: int = 0):
+        self.sampler, self.tokenizer = sampler, tokenizer
+        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+        self.calls = 0
+
+    def act(self, requests: list[TurnRequest]) -> list[TurnReply]:
+        from spade_jax.sampling import SamplingParams
+
+        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
+        for i, r in enumerate(requests):
+            groups.setdefault((r.max_new_tokens, r.stop_strings), []).append(i)
+        out: list[TurnReply | None] = [None] * len(requests)
+        for (max_new, stops), idx in groups.items():
+            params = SamplingParams(
+                max_new_tokens=max_new,
+                temperature=self.temperature,
+                top_p=self.top_p,
+                stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
+                stop_strings=stops,
+                seed=self.seed * 1_000_003 + self.calls,
+            )
+            self.calls += 1
+            completions = self.sampler.generate([requests[i].prompt_ids for i in idx], params)
+            for i, c in zip(idx, completions):
+                out[i] = TurnReply(
+                    text=c.text,
+                    token_ids=[int(t) for t in c.token_ids],
+                    logprobs=[float(x) for x in c.logprobs],
+                    raw_logprobs=[float(x) for x in getattr(c, "raw_logprobs", c.logprobs)],
+                    finish_reason=c.finish_reason,
+                )
+        return out  # type: ignore[return-value]
+
+
+class ScriptedPolicy:
+    """A policy written in Python: `fn(request) -> reply text` (for tests, baselines and benchmarks)."""
+
+    def __init__(self, fn: Callable[[TurnRequest], str]):
+        self.fn = fn
+
+    def act(self, requests: list[TurnRequest]) -> list[TurnReply]:
+        return [TurnReply(text=self.fn(r)) for r in requests]
+
+
+# --------------------------------------------------------------------------------------------- engine
+
+
+class _Live:
+    """Book-keeping of one running episode."""
+
+    def __init__(self, index: int, spec: EpisodeSpec):
+        self.index, self.spec = index, spec
+        self.ep = Episode(spec=spec)
+        self.session: Any = None
+        self.consecutive_format_errors = 0
+
+    @property
+    def total_tokens(self) -> int:
+        return len(self.ep.prompt_ids) + len(self.ep.completion_ids)
+
+
+class RolloutEngine:
+    """Plays many episodes at once through `policy` (the sampler side) and `pool` (the sandbox side)."""
+
+    def __init__(
+        self,
+        pool: Any,
+        policy: Policy,
+        tokenizer: Any = None,
+        config: RolloutConfig = RolloutConfig(),
+        *,
+        max_context: int | None = None,
+        hint_template: str = "{observation}\n\nHINT: {hint}",
+        max_live: int | None = None,
+    ):
+        self.pool, self.policy, self.tokenizer, self.config = pool, policy, tokenizer, config
+        self.budget = min(config.max_episode_tokens, max_context or config.max_episode_tokens)
+        self.hint_template = hint_template
+        workers = getattr(pool, "num_workers", None)
+        self.max_live = max(1, int(max_live or workers or 16))
+        if workers is not None:  # a session holds its worker: more live episodes than workers would deadlock
+            self.max_live = min(self.max_live, int(workers))
+        self._executor = ThreadPoolExecutor(max_workers=self.max_live, thread_name_prefix="rollout")
+        self._eos = tuple(getattr(tokenizer, "eos_ids", ()) or ())
+        self._turn_pieces = self._template_pieces() if tokenizer is not None else None
+
+    # ---------------------------------------------------------------------------- chat template glue
+    def _template_pieces(self) -> tuple[str, str]:
+        """(text between an assistant reply and the next observation, text after the observation)."""
+        msgs = [
+            {"role": "user", "content": "x"},
+            {"role": "assistant", "content": _ASSISTANT_MARK},
+            {"role": "user", "content": _OBS_MARK},
+        ]
+        rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+        after = rendered.split(_ASSISTANT_MARK, 1)[1]
+        between, tail = after.split(_OBS_MARK, 1)
+        return between, tail
+
+    def _first_prompt(self, messages: list[dict]) -> list[int]:
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        return list(self.tokenizer.encode(text, add_special_tokens=False))
+
+    def _observation_ids(self, reply_ids: list[int], observation: str) -> list[int]:
+        """Tokens that close the agent's turn (unless it already emitted the end token) and open the next."""
+        between, tail = self._turn_pieces
+        if reply_ids and reply_ids[-1] in self._eos:
+            end_text = self.tokenizer.decode([reply_ids[-1]])
+            if between.startswith(end_text):
+                between = between[len(end_text) :]
+        return list(self.tokenizer.encode(between + observation + tail, add_special_tokens=False))
+
+    # ------------------------------------------------------------------------------------------ run
+    def run(self, specs: Sequence[EpisodeSpec]) -> RolloutResult:
+        """Plays every spec to the end; discarded episodes are returned flagged, never raised.
+
+        At most `max_live` episodes hold a sandbox at once (a session owns its worker); as episodes finish,
+        their workers go back to the pool and waiting episodes start, joining the next sampler call.
+        """
+        t_start = time.perf_counter()
+        result = RolloutResult(episodes=[])
+        lives = [_Live(i, s) for i, s in enumerate(specs)]
+        waiting = list(reversed(lives))
+        live: list[_Live] = []
+        while True:
+            if waiting and len(live) < self.max_live:
+                batch = [waiting.pop() for _ in range(min(self.max_live - len(live), len(waiting)))]
+                t = time.perf_counter()
+                started = list(self._executor.map(self._start, batch))
+                result.pool_s += time.perf_counter() - t
+                for lv, ok in zip(batch, started):
+                    if ok:
+                        live.append(lv)
+                    else:
+                        result.failures[lv.ep.error or "start"] += 1
+                        self._release([lv])
+                continue
+            if not live:
+                break
+            requests, done = [], []
+            for lv in live:
+                max_new = min(self.config.max_new_tokens_per_turn, self.budget - lv.total_tokens)
+                if self.tokenizer is not None and max_new < min(
+                    self.config.min_turn_tokens, self.config.max_new_tokens_per_turn
+                ):
+                    if lv.ep.turns == 0:  # the first observation alone does not fit: nothing to learn from
+                        result.failures["context"] += 1
+                        self._discard(
+                            lv, "context", f"first prompt has {lv.total_tokens} tokens (budget {self.budget})"
+                        )
+                    else:
+                        self._finish(lv, "context")
+                    done.append(lv)
+                    continue
+                stops = self.config.tool_stop_strings if lv.spec.kind == "tool" else ()
+                requests.append(TurnRequest(lv.index, lv.ep.prompt_ids + lv.ep.completion_ids, lv.ep.messages,
+                                            max_new, stops, lv.spec, lv.ep.hint, lv.ep.turns))  # fmt: skip
+            stepping = []
+            if requests:
+                t = time.perf_counter()
+                replies = self.policy.act(requests)
+                result.policy_s += time.perf_counter() - t
+                result.turns += 1
+                by_index = {lv.index: lv for lv in live}
+                for req, reply in zip(requests, replies):
+                    lv = by_index[req.index]
+                    self._record_reply(lv, reply)
+                    if reply.finish_reason == "context":  # the sampler ran out of room mid-reply: end cleanly
+                        self._finish(lv, "context")
+                        done.append(lv)
+                    else:
+                        stepping.append((lv, reply))
+            t = time.perf_counter()
+            steps = list(self._executor.map(lambda a: a[0].session.step(a[1].text), stepping))
+            for (lv, reply), res in zip(stepping, steps):
+                if not self._apply_step(lv, reply, res, result):
+                    done.append(lv)
+            self._release(done)
+            result.pool_s += time.perf_counter() - t
+            finished = {id(lv) for lv in done}
+            live = [lv for lv in live if id(lv) not in finished]
+        result.episodes = [lv.ep for lv in lives]
+        result.wall_s = time.perf_counter() - t_start
+        return result
+
+    def _release(self, lives: list[_Live]) -> None:
+        """Closes finished episodes' sessions in parallel, handing their workers back to the pool."""
+        if lives:
+            list(self._executor.map(self._close, lives))
+            for lv in lives:
+                lv.session = None
+
+    def _start(self, lv: _Live) -> bool:
+        spec, ep = lv.spec, lv.ep
+        try:
+            lv.session = self.pool.open(spec.source, env_kwargs={"max_turns": self.config.max_turns})
+        except Exception as e:  # the pool reports failures as results; this is a last line of defence
+            return self._discard(lv, "load_error", f"open failed: {e}")
+        load = getattr(lv.session, "load_result", None)
+        if load is not None and not getattr(load, "ok", True):
+            return self._discard(lv, getattr(load, "error", None) or "load_error", getattr(load, "message", ""))
+        res = lv.session.reset(spec.seed)
+        if not res.ok:
+            return self._discard(lv, res.error or "exception", res.message)
+        try:
+            obs, _info = res.value
+        except (TypeError, ValueError):
+            return self._discard(lv, "bad_return", "reset() did not return (observation, info)")
+        if not isinstance(obs, str):
+            return self._discard(lv, "bad_return", "reset() observation is not a str")
+        hint = None
+        if spec.condition == HINT:
+            hint = spec.hint
+            if spec.env_hint:
+                h = lv.session.hint()
+                if h.ok and isinstance(h.value, str) and h.value.strip():
+                    hint = h.value.strip()
+        ep.hint = hint
+        first = inject_hint(obs, hint, self.hint_template) if spec.condition == HINT else obs
+        if self.config.system_prompt:
+            ep.messages.append({"role": "system", "content": self.config.system_prompt})
+        ep.messages.append({"role": "user", "content": first})
+        if self.tokenizer is not None:
+            ep.prompt_ids = self._first_prompt(ep.messages)
+        return True
+
+    def _record_reply(self, lv: _Live, reply: TurnReply) -> None:
+        ep = lv.ep
+        ids = reply.token_ids
+        if ids is None and self.tokenizer is not None:
+            ids = list(self.tokenizer.encode(reply.text, add_special_tokens=False)) + list(self._eos[:1])
+        ids = list(ids or [])
+        lp = list(reply.logprobs) if reply.logprobs is not None else [0.0] * len(ids)
+        raw = list(reply.raw_logprobs) if reply.raw_logprobs is not None else lp
+        start = len(ep.completion_ids)
+        ep.completion_ids += ids
+        ep.completion_mask += [1] * len(ids)
+        ep.logprobs += lp[: len(ids)] + [0.0] * (len(ids) - len(lp))
+        ep.raw_logprobs += raw[: len(ids)] + [0.0] * (len(ids) - len(raw))
+        ep.turn_spans.append((start, len(ep.completion_ids)))
+        ep.messages.append({"role": "assistant", "content": reply.text})
+        if not _well_formed(reply.text, lv.spec.kind):
+            ep.format_errors += 1
+            lv.consecutive_format_errors += 1
+        else:
+            lv.consecutive_format_errors = 0
+
+    def _apply_step(self, lv: _Live, reply: TurnReply, res: Any, result: RolloutResult) -> bool:
+        """Folds one step result into the episode; False when the episode is over."""
+        ep = lv.ep
+        if not res.ok:
+            if res.error == "timeout":
+                ep.rewards.append(self.config.step_timeout_reward)
+                result.failures["timeout"] += 1
+                self._finish(lv, "timeout", ret=self.config.step_timeout_reward)
+                return False
+            result.failures[res.error or "exception"] += 1
+            self._discard(lv, res.error or "exception", res.message)
+            return False
+        try:
+            obs, reward, terminated, truncated, info = res.value
+            reward = float(reward)
+        except (TypeError, ValueError):
+            result.failures["bad_return"] += 1
+            self._discard(lv, "bad_return", "step() did not return a 5-tuple")
+            return False
+        ep.rewards.append(reward)
+        info = info if isinstance(info, dict) else {}
+        if terminated or truncated:
+            self._finish(lv, "terminated" if terminated else "truncated", won=info.get("won"))
+            return False
+        limit = self.config.max_consecutive_format_errors
+        if limit is not None and lv.consecutive_format_errors >= limit:
+            self._finish(lv, "format")
+            return False
+        obs = obs if isinstance(obs, str) else str(obs)
+        ep.messages.append({"role": "user", "content": obs})
+        if self.tokenizer is not None:
+            delta = self._observation_ids(ep.completion_ids[ep.turn_spans[-1][0] :], obs)
+            room = min(self.config.min_turn_tokens, self.config.max_new_tokens_per_turn)
+            if lv.total_tokens + len(delta) + room > self.budget:
+                ep.messages.pop()
+                self._finish(lv, "context")
+                return False
+            ep.completion_ids += delta
+            ep.completion_mask += [0] * len(delta)
+            ep.logprobs += [0.0] * len(delta)
+            ep.raw_logprobs += [0.0] * len(delta)
+        return True
+
+    def _finish(self, lv: _Live, reason: str, *, won: Any = None, ret: float | None = None) -> None:
+        ep = lv.ep
+        ep.end_reason = reason
+        total = sum(ep.rewards) if ret is None else ret
+        ep.episode_return = max(-1.0, min(1.0, total))
+        ep.won = bool(won) if isinstance(won, bool) else ep.episode_return >= 0.999
+
+    def _discard(self, lv: _Live, error: str, message: str | None) -> bool:
+        ep = lv.ep
+        ep.discarded, ep.end_reason = True, "discarded"
+        ep.error = error
+        ep.messages.append({"role": "error", "content": f"{error}: {(message or '').strip()[:500]}"})
+        return False
+
+    @staticmethod
+    def _close(lv: _Live) -> None:
+        if lv.session is not None:
+            try:
+                lv.session.close()
+            except Exception:  # a dead worker is the pool's problem, not the run's
+                pass
+
+    def close(self) -> None:
+        """Stops the engine's threads."""
+        self._executor.shutdown(wait=True)
+
+
+def _well_formed(text: str, kind: str) -> bool:
+    """True when the reply carries an action in the kind's format (\\boxed{...} or a tool call / answer)."""
+    if kind == "tool":
+        return bool(parse_tool_calls(text)) or extract_answer(text) is not None
+    return extract_boxed(text) is not None
