@@ -221,7 +221,8 @@ def test_presets_qwen3_30b_a3b() -> None:
 MESHES = {"fsdp2-expert2-tensor2": {"fsdp": 2, "expert": 2, "tensor": 2}}
 # AdamW with eps = 1 and no decay: the first step moves each weight by lr * g / (|g| + 1), smooth in the gradient
 # (with a tiny eps it is lr * sign(g), which turns float noise in near-zero gradients into full-size differences)
-LEARNER = dict(lr=1.0, eps=1.0, weight_decay=0.0, donate=False, compute_entropy=False)
+# (remat on, as in the paper presets: the expert-parallel shard_map is rematerialised in the backward pass)
+LEARNER = dict(lr=1.0, eps=1.0, weight_decay=0.0, remat=True, donate=False, compute_entropy=False)
 
 
 def _worker(data_dir: str) -> None:
