@@ -143,7 +143,7 @@ def _torch_step(hf, opt, batch, kind: str, clip_low=0.2, clip_high=0.28, is_cap=
     loss.backward()
     torch.nn.utils.clip_grad_norm_(hf.parameters(), 1.0)
     opt.step()
-    return float(loss)
+    return float(loss.detach())
 
 
 def _hf_state(model) -> dict:
