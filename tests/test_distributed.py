@@ -41,9 +41,14 @@ def _worker() -> None:
     )  # fmt: skip
     mesh = make_mesh(MESH)
     rng = np.random.default_rng(0)  # same batch in every process (each one passes the global batch)
-    samples = [
-        Sample(rng.integers(1, 128, 4).tolist(), rng.integers(1, 128, 9).tolist(), advantage=float(rng.normal()))
-        for _ in range(8)
+    samples = [  # half with sampler log-probs, half without (NaN "unknown" in the batch arrays)
+        Sample(
+            rng.integers(1, 128, 4).tolist(),
+            rng.integers(1, 128, 9).tolist(),
+            logprobs=(-rng.random(9) * 4).tolist() if i % 2 else None,
+            advantage=float(rng.normal()),
+        )
+        for i in range(8)
     ]
     batch = pack_sequences(samples, length_buckets=(16,), batch_buckets=(8,), pack=False)
     learner = Learner(create_sharded(cfg, mesh, 3), LearnerConfig(lr=1e-3, donate=False), mesh=mesh)

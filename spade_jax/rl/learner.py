@@ -316,7 +316,13 @@ class Learner:
 
         def put(x):
             names = ("batch", "length")[: np.ndim(x)]
-            return jax.device_put(x, activation_sharding(self.mesh, names, np.shape(x), self.rules))
+            sharding = activation_sharding(self.mesh, names, np.shape(x), self.rules)
+            if not isinstance(x, jax.Array) and not sharding.is_fully_addressable:
+                # multi-host: every process holds the whole host batch and supplies its own devices' slices
+                # (device_put would compare the arrays across processes, and NaN "unknown" log-probs never match)
+                host = np.asarray(x)
+                return jax.make_array_from_callback(host.shape, sharding, lambda idx: host[idx])
+            return jax.device_put(x, sharding)
 
         return jax.tree.map(put, batch)
 
