@@ -30,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sandbox", default="auto")
     ap.add_argument("--no-model", action="store_true", help="only the scripted-policy run")
     args = ap.parse_args(argv)
-    console = Console()
+    console = Console(width=120)
 
     from spade_jax.envs.host_pool import HostPool
     from spade_jax.envs.sandbox import SandboxConfig

@@ -280,7 +280,10 @@ class Corpus:
             raise ValueError("corpus: no documents")
         truncate: Callable[[dict], Document] = self._truncate
         self._dataset = grain.MapDataset.source(self._source).shuffle(seed=config.seed).repeat(None).map(truncate)
-        self._iter = iter(self._dataset.to_iter_dataset())
+        # Synchronous reads: a designer needs a few documents per step, and read-ahead threads would tokenize
+        # documents that may never be used (and make a restored iterator re-read them).
+        self._read = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
+        self._iter = iter(self._dataset.to_iter_dataset(self._read))
 
     def __len__(self) -> int:
         """Number of documents in one epoch."""

@@ -172,7 +172,7 @@ class SelfPlay:
             if timeouts[env.env_id]:
                 reward = self.config.reward.timeout_reward
             stats_by_env[env.env_id], rewards_by_env[env.env_id] = st, reward
-            if st.measured:
+            if st.measured and self.memory.get(env.env_id) is not None:  # envs outside memory: not archived
                 self.memory.update_stats(env.env_id, win_rate_hint=st.win_rate_hint,
                                          win_rate_no_hint=st.win_rate_no_hint, return_hint=st.return_hint,
                                          return_no_hint=st.return_no_hint, regret=st.regret,

@@ -10,21 +10,23 @@ sampler log-probs, the rewards and return, the condition (hint / no_hint) and th
 Failure handling: a reply in the wrong format is the environment's business (it answers with a reminder);
 context overflow ends the episode cleanly ('context'); a step that times out ends it with reward -0.5
 ('timeout'); any other sandbox failure discards the episode (counted, the run goes on).
-The policy is pluggable: `ModelPolicy` samples from the model, any object with `act(requests)` can replace it.
+The policy is pluggable (see policies.py): `ModelPolicy` samples from the model; any object with
+`act(requests)`, e.g. a `ScriptedPolicy`, can replace it.
 """
 
 from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from spade_jax.envs.base import extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.selfplay.config import RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
+from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
 
 __all__ = [
     "Episode",
@@ -39,7 +41,6 @@ __all__ = [
 ]
 
 HINT, NO_HINT = "hint", "no_hint"
-_SANDBOX_FAILURES = ("crashed", "memory", "bad_return", "exception", "load_error")
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
 
 
@@ -63,37 +64,6 @@ class EpisodeSpec:
     @property
     def group(self) -> str:
         return self.group_id or f"{self.env_id}/{self.condition}"
-
-
-@dataclass
-class TurnRequest:
-    """What the policy sees for one live episode this turn."""
-
-    index: int
-    prompt_ids: list[int]
-    messages: list[dict]
-    max_new_tokens: int
-    stop_strings: tuple[str, ...]
-    spec: EpisodeSpec
-    hint: str | None
-    turn: int
-
-
-@dataclass
-class TurnReply:
-    """The policy's reply; token ids/log-probs may be None for scripted policies (then the text is encoded)."""
-
-    text: str
-    token_ids: list[int] | None = None
-    logprobs: list[float] | None = None
-    raw_logprobs: list[float] | None = None
-    finish_reason: str = "eos"
-
-
-class Policy(Protocol):
-    """Anything that answers a batch of turn requests."""
-
-    def act(self, requests: list[TurnRequest]) -> list[TurnReply]: ...
 
 
 @dataclass
@@ -172,56 +142,6 @@ class RolloutResult:
         for reason, n in Counter(e.end_reason for e in self.episodes).items():
             out[f"end_{reason}"] = float(n)
         return out
-
-
-# ------------------------------------------------------------------------------------------ policies
-
-
-class ModelPolicy:
-    """The language model as the agent: one `sampler.generate` call per group of equal budgets."""
-
-    def __init__(self, sampler: Any, tokenizer: Any, *, temperature: float = 0.6, top_p: float = 1.0, seed: int = 0):
-        self.sampler, self.tokenizer = sampler, tokenizer
-        self.temperature, self.top_p, self.seed = temperature, top_p, seed
-        self.calls = 0
-
-    def act(self, requests: list[TurnRequest]) -> list[TurnReply]:
-        from spade_jax.sampling import SamplingParams
-
-        groups: dict[tuple[int, tuple[str, ...]], list[int]] = {}
-        for i, r in enumerate(requests):
-            groups.setdefault((r.max_new_tokens, r.stop_strings), []).append(i)
-        out: list[TurnReply | None] = [None] * len(requests)
-        for (max_new, stops), idx in groups.items():
-            params = SamplingParams(
-                max_new_tokens=max_new,
-                temperature=self.temperature,
-                top_p=self.top_p,
-                stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
-                stop_strings=stops,
-                seed=self.seed * 1_000_003 + self.calls,
-            )
-            self.calls += 1
-            completions = self.sampler.generate([requests[i].prompt_ids for i in idx], params)
-            for i, c in zip(idx, completions):
-                out[i] = TurnReply(
-                    text=c.text,
-                    token_ids=[int(t) for t in c.token_ids],
-                    logprobs=[float(x) for x in c.logprobs],
-                    raw_logprobs=[float(x) for x in getattr(c, "raw_logprobs", c.logprobs)],
-                    finish_reason=c.finish_reason,
-                )
-        return out  # type: ignore[return-value]
-
-
-class ScriptedPolicy:
-    """A policy written in Python: `fn(request) -> reply text` (for tests, baselines and benchmarks)."""
-
-    def __init__(self, fn: Callable[[TurnRequest], str]):
-        self.fn = fn
-
-    def act(self, requests: list[TurnRequest]) -> list[TurnReply]:
-        return [TurnReply(text=self.fn(r)) for r in requests]
 
 
 # --------------------------------------------------------------------------------------------- engine
