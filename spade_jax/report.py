@@ -11,11 +11,11 @@ from spade_jax.metrics import read_metrics
 
 # Panel title -> metric-name prefixes drawn in it (metrics are named "<group>/<name>").
 PANELS: dict[str, tuple[str, ...]] = {
-    "Generated environments": ("env/valid_rate", "env/gate/"),
-    "Agent win rate": ("agent/win_rate", "eval/"),
-    "Regret and designer reward": ("env/regret", "designer/reward"),
-    "Learner loss": ("train/loss",),
-    "Clipping and importance weights": ("train/clip", "train/is_"),
+    "Generated environments (valid fraction, failures by gate)": ("design/valid_frac", "design/failed_"),
+    "Agent win rate": ("rollout/win_rate", "eval/win_rate", "warmstart/valid_rate"),
+    "Regret and designer reward": ("env/regret_mean", "env/designer_reward_mean"),
+    "Learner loss": ("train/loss", "train/pg_loss", "warmstart/loss"),
+    "Clipping and importance weights": ("train/clip_frac", "train/is_"),
     "Throughput (tokens/s)": ("perf/",),
     "Seconds per phase": ("time/",),
 }
@@ -41,7 +41,7 @@ def plot_metrics(rows: list[dict[str, Any]], out_dir: Path) -> list[Path]:
     series = _series(rows)
     paths = []
     for i, (title, prefixes) in enumerate(PANELS.items()):
-        keys = sorted(k for k in series if k.startswith(prefixes))
+        keys = sorted(k for k in series if k.startswith(prefixes) and not k.startswith("eval/win_rate_"))
         if not keys:
             continue
         fig, ax = plt.subplots(figsize=(6, 3.4), dpi=110)

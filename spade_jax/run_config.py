@@ -118,7 +118,7 @@ def _paper(model: str) -> RunConfig:
     """The paper's recipe (16 + 16 plays, 25 turns, 16K designer / 8K agent tokens) on a pod."""
     return RunConfig(
         model=model,
-        param_dtype="bfloat16",
+        param_dtype="float32",  # at lr 1e-6 a bfloat16 weight would not move; compute runs in bfloat16
         dtype="bfloat16",
         max_total_len=32768,
         num_workers=32,
@@ -133,6 +133,7 @@ RUN_PRESETS = {
     "tiny": _tiny,
     "paper-qwen3-4b": lambda: _paper("qwen3-4b"),
     "paper-qwen3-8b": lambda: _paper("qwen3-8b"),
+    "paper-qwen3-30b-a3b": lambda: _paper("qwen3-30b-a3b-instruct-2507"),
 }
 
 

@@ -25,6 +25,7 @@ class WarmStartConfig:
     epochs: int = 2
     agent_episodes_per_seed: int = 2
     designer_examples_per_seed: int = 1
+    designer_seeds: int = 0  # how many seeds get designer examples (0: all)
     batch_size: int = 8
     probe_designs: int = 4  # designer attempts measured before and after (valid-environment rate)
 
@@ -98,10 +99,11 @@ def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dic
     sp = parts.selfplay
     before = valid_rate(sp, cfg.probe_designs, step=-2)
     samples = agent_examples(parts.pool, parts.tokenizer, seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
-    samples += designer_examples(sp.designer, parts.tokenizer, seeds, cfg.designer_examples_per_seed)
+    rng = random.Random(parts.cfg.loop.seed)
+    design_seeds = rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
+    samples += designer_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed)
     limit = parts.cfg.max_total_len
     samples = [s for s in samples if len(s) <= limit]
-    rng = random.Random(parts.cfg.loop.seed)
     losses = []
     for _ in range(cfg.epochs):
         rng.shuffle(samples)
