@@ -1,0 +1,36 @@
+"""Shape buckets: padded batch sizes, prompt lengths and cache lengths, so varied calls reuse few programs."""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+
+DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
+
+
+def length_buckets(max_len: int, smallest: int = 32) -> tuple[int, ...]:
+    """Powers of two from `smallest`, with 1.5x steps from 256 on (all multiples of 128 past 128), up to max_len
+    rounded up to a multiple of 128."""
+    out, n = [], smallest
+    top = -(-max_len // 128) * 128
+    while n < top:
+        out.append(n)
+        if n >= 256 and n * 3 // 2 < top:
+            out.append(n * 3 // 2)
+        n *= 2
+    out.append(top)
+    return tuple(sorted(set(out)))
+
+
+def pick(buckets: Sequence[int], n: int) -> int:
+    """Smallest bucket >= n (ValueError past the largest)."""
+    i = bisect.bisect_left(buckets, n)
+    if i == len(buckets):
+        raise ValueError(f"{n} exceeds the largest bucket {buckets[-1]}")
+    return buckets[i]
+
+
+def split_batch(n: int, buckets: Sequence[int]) -> list[tuple[int, int]]:
+    """Cuts n rows into (start, stop) pieces of at most the largest batch bucket."""
+    step = buckets[-1]
+    return [(i, min(i + step, n)) for i in range(0, n, step)]

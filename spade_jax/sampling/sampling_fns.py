@@ -1,0 +1,133 @@
+"""Drawing one token per row from float32 logits [B, V] on device: greedy, temperature, top-k, top-p.
+
+Each function returns (token int32 [B], logprob [B], raw_logprob [B]): the log-probability of the token under
+the distribution it was drawn from, and under the raw model (temperature 1, no truncation).
+
+Built for XLA on CPU as much as for accelerators: no sort and no [B, V] random draw per step. A draw is an
+inverse-CDF lookup with one uniform per row in two levels (block sums, then a cumsum inside one block), and
+top-k / top-p find their exact cut-off by bisection on the bit patterns of the (positive float32) weights,
+so the kept set is exactly "every token at least as likely as the k-th / the nucleus boundary token".
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+MODES = ("greedy", "sample", "filtered")
+_BLOCK = 256
+
+
+def mode_of(greedy: bool, filtered: bool) -> str:
+    """The static sampling mode a compiled decode program is specialised for."""
+    return "greedy" if greedy else ("filtered" if filtered else "sample")
+
+
+def raw_logprob(logits: jax.Array, tokens: jax.Array) -> jax.Array:
+    """log softmax(logits)[token] per row, in float32."""
+    lse = jax.nn.logsumexp(logits, axis=-1)
+    return jnp.take_along_axis(logits, tokens[:, None], axis=-1)[:, 0] - lse
+
+
+def greedy(logits: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """argmax; the sampling distribution is a point mass, so its log-prob is 0."""
+    tokens = jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return tokens, jnp.zeros(tokens.shape, jnp.float32), raw_logprob(logits, tokens)
+
+
+def _last_positive(w: jax.Array) -> jax.Array:
+    """Index of the last entry > 0 along the last axis (0 when none)."""
+    n = w.shape[-1]
+    return (n - 1 - jnp.argmax(jnp.flip(w > 0, axis=-1), axis=-1)).astype(jnp.int32)
+
+
+def draw(weights: jax.Array, u: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Index i with probability weights[i] / sum(weights) per row (u: uniform [0, 1) per row); also the sums.
+
+    Two-level inverse CDF: find the block whose cumulative mass crosses u * total, then the token inside it.
+    Tokens of zero weight are never returned.
+    """
+    b, v = weights.shape
+    nb = -(-v // _BLOCK)
+    w = jnp.pad(weights, ((0, 0), (0, nb * _BLOCK - v))).reshape(b, nb, _BLOCK)
+    block_mass = w.sum(-1)  # [B, nb]
+    block_cum = jnp.cumsum(block_mass, axis=-1)
+    total = block_cum[:, -1]
+    target = u * total
+    blk = jnp.sum(block_cum <= target[:, None], axis=-1).astype(jnp.int32)
+    blk = jnp.minimum(blk, _last_positive(block_mass))
+    before = jnp.take_along_axis(block_cum - block_mass, blk[:, None], axis=-1)[:, 0]
+    inner = jnp.take_along_axis(w, blk[:, None, None], axis=1)[:, 0]  # [B, BLOCK]
+    inner_cum = jnp.cumsum(inner, axis=-1)
+    pos = jnp.sum(inner_cum <= (target - before)[:, None], axis=-1).astype(jnp.int32)
+    pos = jnp.minimum(pos, _last_positive(inner))
+    return blk * _BLOCK + pos, total
+
+
+def _bits(x: jax.Array) -> jax.Array:
+    return jax.lax.bitcast_convert_type(x, jnp.int32)
+
+
+def _threshold(w: jax.Array, ok) -> jax.Array:
+    """Largest float32 t >= 0 (as a value) with ok(t) true per row, by bisection on the bit pattern of t.
+
+    ok(t) -> bool [B] must be monotone: true at t = 0, and once false stays false as t grows.
+    """
+    lo = jnp.zeros(w.shape[:1], jnp.int32)  # ok(lo) holds
+    hi = _bits(jnp.max(w, axis=-1)) + 1  # t above the max keeps nothing
+
+    def body(_, lohi):
+        lo, hi = lohi
+        mid = lo + (hi - lo) // 2
+        good = ok(jax.lax.bitcast_convert_type(mid, jnp.float32))
+        return jnp.where(good, mid, lo), jnp.where(good, hi, mid)
+
+    lo, _ = jax.lax.fori_loop(0, 32, body, (lo, hi))
+    return jax.lax.bitcast_convert_type(lo, jnp.float32)
+
+
+def keep_mask(weights: jax.Array, top_k: jax.Array, top_p: jax.Array) -> jax.Array:
+    """Tokens kept by top-k then top-p (as HF applies them), given positive weights [B, V] (any scale).
+
+    top-k keeps every token whose weight is >= the k-th largest (k <= 0: all). top-p then keeps the most likely
+    tokens of that set whose mass first reaches top_p of the set's mass (ties at the boundary are all kept).
+    """
+    w = weights
+    k = jnp.where(top_k > 0, top_k, w.shape[-1])
+    t_k = _threshold(w, lambda t: jnp.sum(w >= t[:, None], axis=-1) >= k)
+    w_k = jnp.where(w >= t_k[:, None], w, 0.0)
+    need = top_p * jnp.sum(w_k, axis=-1)
+    t_p = _threshold(w_k, lambda t: jnp.sum(jnp.where(w_k >= t[:, None], w_k, 0.0), axis=-1) >= need)
+    t_p = jnp.where(top_p >= 1.0, t_k, jnp.maximum(t_p, t_k))
+    return (w >= t_p[:, None]) & (w > 0)
+
+
+def sample(
+    logits: jax.Array,
+    u: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array | None = None,
+    top_p: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Draws from softmax(logits / temperature), truncated by top-k / top-p when given; u: uniform [B]."""
+    z = (logits - jnp.max(logits, axis=-1, keepdims=True)) / temperature
+    weights = jnp.exp(z)
+    if top_k is not None or top_p is not None:
+        top_k = jnp.asarray(0 if top_k is None else top_k, jnp.int32)
+        top_p = jnp.asarray(1.0 if top_p is None else top_p, jnp.float32)
+        weights = jnp.where(keep_mask(weights, top_k, top_p), weights, 0.0)
+    tokens, total = draw(weights, u)
+    z_tok = jnp.take_along_axis(z, tokens[:, None], axis=-1)[:, 0]
+    return tokens, z_tok - jnp.log(total), raw_logprob(logits, tokens)
+
+
+def pick(mode: str, logits: jax.Array, key: jax.Array, temperature, top_k, top_p):
+    """Dispatches on the static mode; key: one PRNG key for this step (rows get independent uniforms)."""
+    if mode == "greedy":
+        return greedy(logits)
+    u = jax.random.uniform(key, logits.shape[:1], jnp.float32)
+    if mode == "sample":
+        return sample(logits, u, temperature)
+    if mode == "filtered":
+        return sample(logits, u, temperature, top_k, top_p)
+    raise ValueError(f"unknown sampling mode {mode!r}; expected one of {MODES}")

@@ -1,0 +1,215 @@
+"""Sampler on a tiny random model with the `tiny` preset's real (byte-level) tokenizer.
+
+References are independent of the sampler: full forward passes of the model over prompt + completion, a numpy
+sort-based top-k/top-p, and each prompt run alone.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import jax
+import numpy as np
+import pytest
+from flax import nnx
+from scipy import stats
+
+from spade_jax.model.loading import load_model
+from spade_jax.model.transformer import Transformer
+from spade_jax.sampling import Sampler, SamplingParams
+
+PROMPTS = ["Hello world", "x", "The quick brown fox jumps over the lazy dog. " * 2, "a b c d", "1234567890" * 5]
+
+
+def make_model(seed: int = 0):
+    """Untied tiny llama over the byte tokenizer, with a scaled-up head so generations are varied ASCII text."""
+    cfg, _, tok = load_model("tiny")
+    cfg = cfg.replace(vocab_size=tok.vocab_size, tie_embeddings=False)
+    model = Transformer(cfg, rngs=nnx.Rngs(seed))
+    w = np.asarray(model.lm_head.kernel[...]) * 25
+    w[:, 128:] *= 0.1  # rarely emit non-ASCII bytes or control tokens
+    w[:, :32] *= 0.1
+    model.lm_head.kernel[...] = w
+    return model, tok
+
+
+@pytest.fixture(scope="module")
+def setup():
+    model, tok = make_model()
+    return model, tok, Sampler(model, tok, max_total_len=256, chunk_steps=8)
+
+
+@functools.cache
+def _forward(graphdef):
+    return jax.jit(lambda state, ids: nnx.merge(graphdef, state)(ids)[0])
+
+
+def full_logits(model, ids: list[int]) -> np.ndarray:
+    """Logits of one plain forward pass (no cache) over ids, right-padded to 256 so one program serves all."""
+    graphdef, state = nnx.split(model)
+    padded = np.zeros((1, 256), np.int32)
+    padded[0, : len(ids)] = ids
+    return np.asarray(_forward(graphdef)(state, padded)[0, : len(ids)], np.float64)
+
+
+def log_softmax(x: np.ndarray) -> np.ndarray:
+    x = x - x.max(-1, keepdims=True)
+    return x - np.log(np.exp(x).sum(-1, keepdims=True))
+
+
+def reference_probs(logits: np.ndarray, temperature: float, top_k: int, top_p: float) -> np.ndarray:
+    """HF order: temperature, top-k (ties kept), top-p over the renormalised rest (sort based)."""
+    z = logits / temperature
+    if top_k > 0:
+        z = np.where(z >= np.sort(z)[::-1][top_k - 1], z, -np.inf)
+    p = np.exp(z - z.max())
+    p /= p.sum()
+    if top_p < 1.0:
+        order = np.argsort(-p, kind="stable")
+        keep = np.zeros(p.shape, bool)
+        keep[order[(np.cumsum(p[order]) - p[order]) < top_p]] = True
+        p = np.where(keep, p, 0.0) / p[keep].sum()
+    return p
+
+
+def test_batched_rows_equal_each_row_alone(setup):
+    model, tok, sampler = setup
+    params = SamplingParams(max_new_tokens=30, greedy=True, ignore_eos=True)
+    batched = sampler.generate(PROMPTS, params)
+    for prompt, got in zip(PROMPTS, batched):
+        alone = sampler.generate([prompt], params)[0]
+        assert got.token_ids == alone.token_ids
+        np.testing.assert_allclose(got.raw_logprobs, alone.raw_logprobs, atol=1e-5)
+        assert got.prompt_ids == tok.encode(prompt) and got.finish_reason == "length"
+        # greedy: every token is the argmax of a separate full forward over prompt + completion
+        logits = full_logits(model, got.prompt_ids + got.token_ids)[len(got.prompt_ids) - 1 : -1]
+        assert got.token_ids == logits.argmax(-1).tolist()
+
+
+@pytest.mark.parametrize("temperature,top_k,top_p", [(0.8, 0, 1.0), (0.7, 20, 0.9), (1.2, 0, 0.6)])
+def test_logprobs_equal_a_full_forward_and_filters_hold(setup, temperature, top_k, top_p):
+    model, _, sampler = setup
+    params = SamplingParams(max_new_tokens=40, temperature=temperature, top_k=top_k, top_p=top_p, seed=3)
+    for c in sampler.generate(PROMPTS, params):
+        assert len(c.token_ids) == len(c.logprobs) == len(c.raw_logprobs) > 0
+        logits = full_logits(model, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
+        steps = np.arange(len(c.token_ids))
+        np.testing.assert_allclose(c.raw_logprobs, log_softmax(logits)[steps, c.token_ids], atol=1e-4)
+        want = np.stack([reference_probs(row, temperature, top_k, top_p) for row in logits])
+        assert (want[steps, c.token_ids] > 0).all(), "a token outside the top-k / top-p set was sampled"
+        np.testing.assert_allclose(c.logprobs, np.log(want[steps, c.token_ids]), atol=1e-4)
+
+
+def test_first_token_frequencies_match_the_intended_distribution(setup):
+    model, tok, sampler = setup
+    temperature, top_k, top_p = 1.5, 8, 0.95
+    prompt = tok.encode("The quick brown")
+    want = reference_probs(full_logits(model, prompt)[-1], temperature, top_k, top_p)
+    counts = np.zeros(want.shape[0])
+    params = dict(max_new_tokens=1, temperature=temperature, top_k=top_k, top_p=top_p, ignore_eos=True)
+    for seed in range(40):
+        for c in sampler.generate([prompt] * 64, SamplingParams(seed=seed, **params)):
+            counts[c.token_ids[0]] += 1
+    assert counts[want == 0].sum() == 0
+    keep = want > 0
+    n = counts.sum()
+    chi2 = ((counts[keep] - n * want[keep]) ** 2 / (n * want[keep])).sum()
+    assert stats.chi2.sf(chi2, keep.sum() - 1) > 1e-4, (counts[keep], n * want[keep])
+
+
+def test_seeds_reproduce_and_differ(setup):
+    _, _, sampler = setup
+    a = sampler.generate(PROMPTS[:2], SamplingParams(max_new_tokens=20, temperature=1.0, seed=7))
+    b = sampler.generate(PROMPTS[:2], SamplingParams(max_new_tokens=20, temperature=1.0, seed=7))
+    c = sampler.generate(PROMPTS[:2], SamplingParams(max_new_tokens=20, temperature=1.0, seed=8))
+    assert [x.token_ids for x in a] == [x.token_ids for x in b] != [x.token_ids for x in c]
+
+
+def test_stop_tokens_and_stop_strings(setup):
+    _, tok, sampler = setup
+    prompt = "The quick brown fox"
+    ref = sampler.generate([prompt], SamplingParams(max_new_tokens=40, greedy=True, ignore_eos=True))[0].token_ids
+    # a stop token: generation ends on it, the token is returned, the text leaves it out
+    i = next(i for i in range(3, 40) if ref[i] not in ref[:i])
+    c = sampler.generate([prompt], SamplingParams(max_new_tokens=40, greedy=True, stop_token_ids=(ref[i],)))[0]
+    assert c.token_ids == ref[: i + 1] and c.finish_reason == "eos" and c.text == tok.decode(ref[:i])
+    # a short stop string, matched on device by its token sequence: the text ends right after it
+    text = tok.decode(ref)
+    s = tok.decode(ref[5:8])
+    end = text.find(s) + len(s)
+    c = sampler.generate([prompt], SamplingParams(max_new_tokens=40, greedy=True, stop_strings=("\x00zz", s)))[0]
+    assert c.finish_reason == "stop_string" and c.stop == s and c.extra.get("stop_check") == "device"
+    assert c.text == text[:end] and tok.decode(c.token_ids) == text[:end] and c.token_ids == ref[: len(c.token_ids)]
+    assert len(c.logprobs) == len(c.token_ids)
+    # a long stop string (longer than the device matcher takes) is found on the host between chunks
+    s = tok.decode(ref[10:28])
+    end = text.find(s) + len(s)
+    c = sampler.generate([prompt], SamplingParams(max_new_tokens=40, greedy=True, stop_strings=(s,)))[0]
+    assert c.finish_reason == "stop_string" and c.extra.get("stop_check") == "host" and c.text == text[:end]
+    assert c.token_ids == ref[: len(c.token_ids)] and tok.decode(c.token_ids) == text[:end]
+
+
+def test_context_budget_overflow_and_truncation():
+    model, tok = make_model()
+    sampler = Sampler(model, tok, max_total_len=64, chunk_steps=8)
+    prompt = list(range(40, 100))  # 60 tokens
+    c = sampler.generate([prompt], SamplingParams(max_new_tokens=20, greedy=True, ignore_eos=True))[0]
+    assert len(c.token_ids) == 4 and c.finish_reason == "context"
+    with pytest.raises(ValueError, match="max_total_len"):
+        sampler.generate([list(range(40, 104))], SamplingParams(max_new_tokens=4))
+    left = Sampler(model, tok, max_total_len=64, chunk_steps=8, overflow="truncate_left")
+    c = left.generate([list(range(30, 110))], SamplingParams(max_new_tokens=10, greedy=True, ignore_eos=True))[0]
+    assert c.prompt_ids == list(range(56, 110)) and len(c.token_ids) == 10
+    with pytest.raises(ValueError, match="vocabulary"):
+        sampler.generate([[5, 100000]], SamplingParams())
+
+
+def test_compile_count_is_bounded_over_random_length_prompts():
+    model, tok = make_model()
+    sampler = Sampler(model, tok, max_total_len=512, chunk_steps=16)
+    rng = np.random.default_rng(0)
+
+    def run(n: int) -> None:
+        for _ in range(n):
+            prompt = rng.integers(32, 127, size=int(rng.integers(1, 300))).tolist()
+            params = SamplingParams(
+                max_new_tokens=int(rng.integers(1, 48)), temperature=1.0, seed=int(rng.integers(99))
+            )
+            (c,) = sampler.generate([prompt], params)
+            assert 1 <= len(c.token_ids) <= params.max_new_tokens
+
+    run(50)
+    # head transpose is untied here: prefill per prompt bucket (32..384: 5), decode and grow per cache length
+    assert sampler.compile_count <= 16, sorted(sampler._programs)
+    before = sampler.compile_count
+    run(15)
+    assert sampler.compile_count == before
+
+
+def test_update_model_swaps_parameters_without_recompiling(setup):
+    model, tok, _ = setup
+    sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
+    params = SamplingParams(max_new_tokens=12, greedy=True, ignore_eos=True)
+    first = sampler.generate(PROMPTS[:3], params)
+    compiled = sampler.compile_count
+    other, _ = make_model(seed=1)
+    sampler.update_model(other)
+    second = sampler.generate(PROMPTS[:3], params)
+    assert sampler.compile_count == compiled
+    assert [c.token_ids for c in first] != [c.token_ids for c in second]
+    for c in second:
+        logits = full_logits(other, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
+        assert c.token_ids == logits.argmax(-1).tolist()
+
+
+def test_chat_renders_the_template_and_reports_progress(setup):
+    _, tok, sampler = setup
+    conv = [{"role": "user", "content": "What is 2 + 2?"}]
+    seen = []
+    (c,) = sampler.chat([conv], SamplingParams(max_new_tokens=20, greedy=True), progress=lambda n, m: seen.append(n))
+    rendered = tok.apply_chat_template(conv, add_generation_prompt=True)
+    assert c.prompt_ids == tok.encode(rendered, add_special_tokens=False)
+    assert seen and seen[-1] == len(c.token_ids)
+    # continuing a conversation from a previous completion's ids
+    more = sampler.generate([c.full_ids + tok.encode(" and", add_special_tokens=False)], SamplingParams(greedy=True))
+    assert more[0].prompt_ids[: len(c.full_ids)] == c.full_ids
