@@ -14,6 +14,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="a saved config.json instead of a preset")
     p.add_argument("--run-dir", default=None, help="run directory (default: runs/<preset>)")
     p.add_argument("--resume", action="store_true", help="continue from the last finished checkpoint")
+    p.add_argument("--corpus", default=None, help="grounding documents: JSONL/Parquet/ArrayRecord path or glob")
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. loop.steps=8")
 
 
@@ -37,11 +38,14 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _resolve(args: argparse.Namespace):
     from spade_jax.run_config import load_run_config
 
-    cfg = load_run_config(args.preset, args.overrides, config_file=args.config)
+    overrides = list(args.overrides)
+    if args.corpus:
+        overrides.append(f"selfplay.corpus.paths={args.corpus}")
+    cfg = load_run_config(args.preset, overrides, config_file=args.config)
     run_dir = Path(args.run_dir or f"runs/{args.preset}")
     if args.resume and args.config is None and (run_dir / "config.json").exists():
         # A resumed run keeps the configuration it was started with (plus any new overrides).
-        cfg = load_run_config(args.preset, args.overrides, config_file=run_dir / "config.json")
+        cfg = load_run_config(args.preset, overrides, config_file=run_dir / "config.json")
     return cfg, run_dir
 
 
