@@ -1,6 +1,6 @@
 """Local launcher: N processes on this machine joined into one JAX job (CPU backend or local GPUs).
 
-    python -m launch.local --processes 2 --dry-run -- loop.steps=4
+python -m launch.local --processes 2 --dry-run -- loop.steps=4
 """
 
 from __future__ import annotations

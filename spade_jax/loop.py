@@ -137,8 +137,9 @@ def to_train_samples(batch: SelfPlayBatch, role_norm: str = "std") -> tuple[list
 def evaluate(parts: Parts, step: int) -> dict[str, float]:
     """Held-out seed environments, played without hints: win rate per environment and overall."""
     specs = [
-        EpisodeSpec(f"heldout-{s.name}", Path(s.path).read_text(), episode_seed(s.name, 10_000 + step, k),
-                    NO_HINT, kind=s.kind)  # fmt: skip
+        EpisodeSpec(
+            f"heldout-{s.name}", Path(s.path).read_text(), episode_seed(s.name, 10_000 + step, k), NO_HINT, kind=s.kind
+        )  # fmt: skip
         for s in parts.held_out
         for k in range(parts.cfg.loop.eval_plays)
     ]
@@ -267,4 +268,3 @@ def _report_envs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         out.append({**r, "name": r.get("name") or r["id"], "verdict": verdict,
                     "win_rate_nohint": r.get("win_rate_no_hint")})  # fmt: skip
     return out
-

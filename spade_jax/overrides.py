@@ -1,6 +1,6 @@
 """`key=value` overrides on nested dataclass configs, validated with one-line errors.
 
-    apply_overrides(cfg, ["learner.lr=1e-5", "loop.steps=20", "selfplay.plays_per_condition=4"])
+apply_overrides(cfg, ["learner.lr=1e-5", "loop.steps=20", "selfplay.plays_per_condition=4"])
 """
 
 from __future__ import annotations
