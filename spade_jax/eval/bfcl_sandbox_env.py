@@ -80,7 +80,10 @@ def load_backends() -> dict[str, type]:
         return cached
     if not _SOURCES:
         raise RuntimeError("BFCL backend sources are not embedded (build this file with backend_source())")
-    sys.modules.setdefault("mpmath", _mpmath_module())
+    try:  # in-process the real mpmath is used; a stand-in there would break sympy (and torch) for the process
+        import mpmath  # noqa: F401
+    except ImportError:  # inside the sandbox third-party packages are not importable
+        sys.modules["mpmath"] = _mpmath_module()
     modules = {}
     for short in ["long_context"] + [s for s in _SOURCES if s != "long_context"]:
         name = f"{PREFIX}.{short}"
