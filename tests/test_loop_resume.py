@@ -60,11 +60,20 @@ def pool_dir(tmp_path_factory) -> Path:
     return d
 
 
-def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path) -> None:
-    clean, crashed = tmp_path / "clean", tmp_path / "crashed"
-    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    subprocess.run(_cmd(clean, pool_dir), check=True, env=env, timeout=900, capture_output=True)
-    reference = _metrics(clean)
+ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
+
+
+@pytest.fixture(scope="module")
+def clean_run(tmp_path_factory, pool_dir: Path) -> Path:
+    run_dir = tmp_path_factory.mktemp("runs") / "clean"
+    subprocess.run(_cmd(run_dir, pool_dir), check=True, env=ENV, timeout=900, capture_output=True)
+    return run_dir
+
+
+def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path, clean_run: Path) -> None:
+    crashed = tmp_path / "crashed"
+    env = ENV
+    reference = _metrics(clean_run)
     assert [r["step"] for r in reference] == [1, 2, 3]
     assert all(r["train/skipped"] == 0.0 for r in reference), "every step should train (reward varies)"
 
@@ -87,3 +96,34 @@ def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path) -> No
         for key in want:
             assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), f"step {want['step']}: {key}"
     assert (crashed / "report.html").exists()
+
+
+def test_export_hf_loads_in_transformers_with_the_trained_weights(tmp_path: Path, clean_run: Path) -> None:
+    import jax.numpy as jnp
+    import numpy as np
+    import torch
+    from flax import nnx
+    from transformers import AutoModelForCausalLM
+
+    from spade_jax.checkpoint import Checkpointer
+    from spade_jax.model.loading import load_model
+
+    out = tmp_path / "hf"
+    subprocess.run(
+        [sys.executable, "-m", "spade_jax.cli", "export-hf", "--run-dir", str(clean_run), "--out", str(out)],
+        check=True, env=ENV, timeout=600, capture_output=True,
+    )  # fmt: skip
+    _, model, tokenizer = load_model("tiny-smollm")
+    init = np.asarray(model.embed_tokens.embedding[...]).copy()
+    ckpt = Checkpointer(clean_run / "checkpoints", async_save=False)
+    trees, _ = ckpt.restore(None, {"params": nnx.state(model, nnx.Param)})
+    ckpt.close()
+    nnx.update(model, trees["params"])
+    assert not np.allclose(init, np.asarray(model.embed_tokens.embedding[...])), "training changed no weight"
+
+    ids = tokenizer.encode("Reply with \\boxed{word}. You win if the word is even.")
+    ours = np.asarray(model(jnp.asarray([ids]))[0][0])
+    hf = AutoModelForCausalLM.from_pretrained(out, torch_dtype=torch.float32).eval()
+    with torch.no_grad():
+        theirs = hf(torch.tensor([ids])).logits[0].numpy()
+    assert np.abs(ours - theirs).max() <= 1e-4
