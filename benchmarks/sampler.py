@@ -5,8 +5,11 @@ framework runs in its own subprocess so its peak memory (max RSS) is its own. Al
 copy bandwidth and reports batch-1 throughput as a fraction of the memory-bandwidth bound
 (bandwidth / bytes of weights read per token).
 
-    .venv/bin/python benchmarks/sampler.py                 # float32, plus bfloat16 weights for ours
-    .venv/bin/python benchmarks/sampler.py --dtypes float32 --batches 1,8 --new-tokens 64
+    .venv/bin/python benchmarks/sampler.py              # float32, plus ours with bfloat16 weights
+    .venv/bin/python benchmarks/sampler.py --configs float32 --batches 1,8 --new-tokens 64
+
+Configs for ours: "float32" (weights and compute), "bf16-weights" (bfloat16 weights, float32 activations: each
+matmul runs in bfloat16 with float32 accumulation). transformers always runs float32.
 """
 
 from __future__ import annotations
@@ -34,6 +37,7 @@ PROMPTS = [
 ]
 # Reference figures from the issue (same machine type, quiet, fp32, greedy, 128 new tokens), tokens/s.
 REFERENCE = {"transformers": {1: 13.3, 8: 82.9, 32: 161.0}, "tunix": {1: 26.6, 8: 104.0, 32: 168.0}}
+CONFIGS = {"float32": ("float32", "float32"), "bf16-weights": ("bfloat16", "float32")}  # (param dtype, compute)
 
 
 def copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 10) -> float:
@@ -66,26 +70,26 @@ def worker_jax(args) -> dict:
     from spade_jax.model.loading import load_model
     from spade_jax.sampling import Sampler, SamplingParams
 
-    cfg, model, tok = load_model("smollm2-135m", param_dtype=args.dtype, dtype=args.dtype)
+    param_dtype, dtype = CONFIGS[args.config]
+    cfg, model, tok = load_model("smollm2-135m", param_dtype=param_dtype, dtype=dtype)
     load_rss = _rss_mb()
     sampler = Sampler(model, tok, max_total_len=1024)
     params = SamplingParams(max_new_tokens=args.new_tokens, greedy=True, ignore_eos=True)
-    out = {"framework": f"ours-{args.dtype}", "weight_bytes": cfg.num_params * (2 if args.dtype == "bfloat16" else 4)}
+    out = {"framework": f"ours-{args.config}", "weight_bytes": cfg.num_params * (2 if param_dtype == "bfloat16" else 4)}
     for b in args.batches:
         prompts = prompt_ids(b)
         t = time.perf_counter()
         sampler.generate(prompts, params)  # compiles every program this shape needs
         warm = time.perf_counter() - t
-        times = []
+        times, cpu = [], []
         for _ in range(args.repeats):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             res = sampler.generate(prompts, params)
             times.append(time.perf_counter() - t)
+            cpu.append(time.process_time() - c)
             assert all(len(r.token_ids) == args.new_tokens for r in res)
-        out[str(b)] = {"times": times, "warmup_s": warm, "compiles": sampler.compile_count}
-        print(
-            f"  ours {args.dtype} batch {b}: {b * args.new_tokens / min(times):.1f} tok/s", file=sys.stderr, flush=True
-        )
+        out[str(b)] = {"times": times, "cpu": cpu, "warmup_s": warm, "compiles": sampler.compile_count}
+        print(f"  ours {args.config} batch {b}: {b * args.new_tokens / min(times):.1f} tok/s", file=sys.stderr)
     out["peak_rss_mb"], out["load_rss_mb"] = _rss_mb(), load_rss
     return out
 
@@ -115,19 +119,20 @@ def worker_hf(args) -> dict:
             assert g.shape[1] == width + n
 
         run(8)
-        times = []
+        times, cpu = [], []
         for _ in range(args.repeats):
-            t = time.perf_counter()
+            t, c = time.perf_counter(), time.process_time()
             run(args.new_tokens)
             times.append(time.perf_counter() - t)
-        out[str(b)] = {"times": times}
+            cpu.append(time.process_time() - c)
+        out[str(b)] = {"times": times, "cpu": cpu}
         print(f"  transformers batch {b}: {b * args.new_tokens / min(times):.1f} tok/s", file=sys.stderr, flush=True)
     out["peak_rss_mb"], out["load_rss_mb"] = _rss_mb(), load_rss
     return out
 
 
-def spawn(kind: str, args, dtype: str = "float32") -> dict:
-    cmd = [sys.executable, __file__, "--worker", kind, "--dtype", dtype, "--new-tokens", str(args.new_tokens)]
+def spawn(kind: str, args, config: str = "float32") -> dict:
+    cmd = [sys.executable, __file__, "--worker", kind, "--config", config, "--new-tokens", str(args.new_tokens)]
     cmd += ["--batches", ",".join(map(str, args.batches)), "--repeats", str(args.repeats)]
     res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if res.returncode:
@@ -140,10 +145,10 @@ def main() -> int:
     ap.add_argument("--batches", default="1,8,32", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--dtypes", default="float32,bfloat16", help="our weight dtypes to run")
+    ap.add_argument("--configs", default="float32,bf16-weights", help=f"our configs to run, of {sorted(CONFIGS)}")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--worker", choices=["jax", "hf"], help=argparse.SUPPRESS)
-    ap.add_argument("--dtype", default="float32", help=argparse.SUPPRESS)
+    ap.add_argument("--config", default="float32", choices=sorted(CONFIGS), help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         print(json.dumps((worker_jax if args.worker == "jax" else worker_hf)(args)))
@@ -154,8 +159,10 @@ def main() -> int:
     results = []
     if not args.skip_hf:
         results.append(spawn("hf", args))
-    for dt in args.dtypes.split(","):
-        results.append(spawn("jax", args, dt))
+    for config in args.configs.split(","):
+        if config not in CONFIGS:
+            raise SystemExit(f"unknown config {config!r}; expected some of {sorted(CONFIGS)}")
+        results.append(spawn("jax", args, config))
     bw = max(bw, copy_bandwidth())  # measured again after the runs: keep the better (quieter) figure
 
     tps = lambda r, b: b * args.new_tokens / min(r[str(b)]["times"])
@@ -168,6 +175,13 @@ def main() -> int:
         if hf:
             row += "   " + "  ".join(f"{r['framework']}: {tps(r, b) / tps(hf, b):.2f}x" for r in results if r is not hf)
         print(row)
+    cores = os.cpu_count() or 1
+    print(
+        f"\nsame, per CPU-second of the worker process (less sensitive to other load on the machine; x{cores} cores):"
+    )
+    for b in args.batches:
+        per_cpu = [b * args.new_tokens / min(r[str(b)]["cpu"]) for r in results]
+        print(f"{b:>5} " + " ".join(f"{x:>16.1f}" for x in per_cpu))
     print("\npeak memory (max RSS of each worker process, model loaded + all runs):")
     for r in results:
         print(f"  {r['framework']:>16}: {r['peak_rss_mb']:.0f} MB (after load {r['load_rss_mb']:.0f} MB)")

@@ -160,6 +160,7 @@ def test_context_budget_overflow_and_truncation():
     left = Sampler(model, tok, max_total_len=64, chunk_steps=8, overflow="truncate_left")
     c = left.generate([list(range(30, 110))], SamplingParams(max_new_tokens=10, greedy=True, ignore_eos=True))[0]
     assert c.prompt_ids == list(range(56, 110)) and len(c.token_ids) == 10
+    assert c.extra["truncated_prompt_tokens"] == 26
     with pytest.raises(ValueError, match="vocabulary"):
         sampler.generate([[5, 100000]], SamplingParams())
 

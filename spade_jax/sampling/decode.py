@@ -14,6 +14,7 @@ import jax.numpy as jnp
 
 from spade_jax.model.rope import apply_rope, inv_frequencies
 from spade_jax.model.sharding import constrain
+from spade_jax.model.transformer import MLP
 from spade_jax.sampling import sampling_fns
 
 _NEG_INF = -1e30
@@ -71,11 +72,16 @@ class DecodeConsts:
 
 
 def _attention(q: jax.Array, kc: jax.Array, vc: jax.Array, valid: jax.Array, head_dim: int) -> jax.Array:
-    """q [B, K, G, D] over the cache kc, vc [B, K, S, D], valid [B, S] -> [B, K, G, D]."""
-    scores = jnp.einsum("bkgd,bksd->bkgs", q, kc, preferred_element_type=jnp.float32) * (head_dim**-0.5)
+    """q [B, K, G, D] over the cache kc, vc [B, K, S, D], valid [B, S] -> [B, K, G, D].
+
+    Written as broadcast-multiply-reduce, not as dots: XLA fuses these into loops that read each cache slot
+    once, while a dot whose operand is the in-place-updated cache makes it copy the cache every step.
+    """
+    f32 = jnp.float32
+    scores = (q[:, :, :, None, :].astype(f32) * kc[:, :, None, :, :].astype(f32)).sum(-1) * (head_dim**-0.5)
     scores = jnp.where(valid[:, None, None, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(vc.dtype)
-    return jnp.einsum("bkgs,bksd->bkgd", probs, vc)
+    return (probs[..., None] * vc[:, :, None, :, :]).sum(-2).astype(q.dtype)
 
 
 def head_matrix(model) -> jax.Array | None:
@@ -89,12 +95,39 @@ def head_matrix(model) -> jax.Array | None:
 def logits_of(model, hidden: jax.Array, head: jax.Array | None) -> jax.Array:
     """float32 logits [B, V] from final hidden states [B, E] (same values as `model.logits`)."""
     if head is None:
-        return model.logits(hidden)
+        if not model.cfg.tie_embeddings:
+            return _linear(model.lm_head, hidden).astype(jnp.float32)
+        head = model.embed_tokens.embedding[...].T
+    if head.dtype == jnp.bfloat16:
+        return jnp.dot(hidden.astype(head.dtype), head, preferred_element_type=jnp.float32)
     return jnp.dot(hidden, head.astype(hidden.dtype), preferred_element_type=jnp.float32)
 
 
+def _linear(lin, x: jax.Array) -> jax.Array:
+    """`lin(x)` for an nnx.Linear; with bfloat16 weights and float32 activations, one bfloat16 matmul that
+    accumulates in float32 (activations rounded to bfloat16 at its input) rather than an upcast copy of the
+    weights every step."""
+    w = lin.kernel[...]
+    if not (w.dtype == jnp.bfloat16 and x.dtype == jnp.float32):
+        return lin(x)
+    y = jnp.dot(x.astype(w.dtype), w, preferred_element_type=jnp.float32)
+    return y + lin.bias[...].astype(y.dtype) if lin.use_bias else y
+
+
+def _mlp(mlp, x: jax.Array) -> jax.Array:
+    if not isinstance(mlp, MLP):
+        return mlp(x)  # MoE
+    return _linear(mlp.down_proj, jax.nn.silu(_linear(mlp.gate_proj, x)) * _linear(mlp.up_proj, x))
+
+
 def forward_one(
-    model, tokens: jax.Array, positions: jax.Array, cache: DecodeCache, slot, pad_len: jax.Array, head=None
+    model,
+    tokens: jax.Array,
+    positions: jax.Array,
+    cache: DecodeCache,
+    slot,
+    pad_len: jax.Array,
+    head=None,
 ):
     """One new token per row: writes its k/v at `slot` and returns (float32 logits [B, V], updated cache).
 
@@ -103,10 +136,11 @@ def forward_one(
     """
     cfg = model.cfg
     b = tokens.shape[0]
-    kvh, g, d = cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+    nh, kvh, g, d = cfg.num_heads, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim
+    dt = cfg.jnp_dtype
     inv_freq, rope_scale = inv_frequencies(d, cfg.rope_theta, cfg.rope_scaling)
-    table = constrain(model.embed_tokens.embedding[...].astype(cfg.jnp_dtype), ("vocab", None))
-    x = constrain(jnp.take(table, tokens, axis=0), ("batch", "embed"))
+    table = constrain(model.embed_tokens.embedding[...], ("vocab", None))
+    x = constrain(jnp.take(table, tokens, axis=0).astype(dt), ("batch", "embed"))
     slots = jnp.arange(cache.length, dtype=jnp.int32)
     valid = (slots[None, :] >= pad_len[:, None]) & (slots[None, :] <= slot)
     pos = positions[:, None]
@@ -114,9 +148,8 @@ def forward_one(
     for i, layer in enumerate(model.layers):
         attn = layer.attn
         h = layer.input_layernorm(x)
-        q = attn.q_proj(h).reshape(b, 1, cfg.num_heads, d)
-        k = attn.k_proj(h).reshape(b, 1, kvh, d)
-        v = attn.v_proj(h).reshape(b, 1, kvh, d)
+        q, k, v = _linear(attn.q_proj, h), _linear(attn.k_proj, h), _linear(attn.v_proj, h)
+        q, k, v = q.reshape(b, 1, nh, d), k.reshape(b, 1, kvh, d), v.reshape(b, 1, kvh, d)
         if cfg.qk_norm:
             q, k = attn.q_norm(q), attn.k_norm(k)
         q = apply_rope(q, pos, inv_freq, rope_scale)
@@ -126,9 +159,9 @@ def forward_one(
         kc, vc = constrain(kc, CACHE_AXES), constrain(vc, CACHE_AXES)
         new_k.append(kc)
         new_v.append(vc)
-        out = _attention(q.reshape(b, kvh, g, d), kc.astype(q.dtype), vc.astype(q.dtype), valid, d)
-        x = x + attn.o_proj(out.reshape(b, cfg.num_heads * d))
-        x = constrain(x + layer.mlp(layer.post_attention_layernorm(x)), ("batch", "embed"))
+        out = _attention(q.reshape(b, kvh, g, d), kc, vc, valid, d)
+        x = x + _linear(attn.o_proj, out.reshape(b, nh * d))
+        x = constrain(x + _mlp(layer.mlp, layer.post_attention_layernorm(x)), ("batch", "embed"))
     logits = logits_of(model, model.norm(x), head)
     return constrain(logits, ("batch", "vocab")), DecodeCache(k=new_k, v=new_v)
 
@@ -140,7 +173,15 @@ def _stop_seq_hit(recent: jax.Array, consts: DecodeConsts) -> jax.Array:
 
 
 def decode_chunk(
-    model, cache: DecodeCache, state: DecodeState, consts: DecodeConsts, n_steps, *, mode: str, width: int, head=None
+    model,
+    cache: DecodeCache,
+    state: DecodeState,
+    consts: DecodeConsts,
+    n_steps,
+    *,
+    mode: str,
+    width: int,
+    head=None,
 ):
     """Runs up to n_steps decode steps (stops early when every row is done; n_steps is traced, at most width).
 

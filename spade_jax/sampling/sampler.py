@@ -4,8 +4,16 @@ One call: prompts are tokenized, split into batches of at most the largest batch
 prompt-length bucket, prefilled, then decoded in compiled chunks of `chunk_steps` tokens. Between chunks the
 host checks stop strings and grows the KV cache to the next length bucket when it fills, so attention only
 reads about as many cache slots as the rows have used. Compiled programs are keyed by (batch bucket, lengths,
-sampling mode); `compile_count` counts them. Prompts that do not fit `max_total_len` raise a ValueError
-(`overflow="error"`, the default) or keep their last tokens (`overflow="truncate_left"`).
+sampling mode); `compile_count` counts them.
+
+Length policy: `max_total_len` bounds prompt + completion per row. A prompt that leaves no room raises a
+ValueError naming the lengths (`overflow="error"`, the default: silently dropping the start of an RL prompt,
+e.g. its system message, would corrupt the episode), or keeps its last `max_total_len - max_new_tokens` tokens
+(`overflow="truncate_left"`, recorded as `extra["truncated_prompt_tokens"]`). A row that reaches
+`max_total_len` while generating ends with finish_reason "context".
+
+With bfloat16 weights and float32 compute, decode matmuls run in bfloat16 with float32 accumulation (faster on
+CPUs with AVX512-BF16 from batch ~8 up; slower at batch 1); log-probs are then those of that computation.
 """
 
 from __future__ import annotations
@@ -223,6 +231,7 @@ class Sampler:
         self, rows: list[list[int]], params: SamplingParams, spec: stops.StopSpec, piece: int, progress
     ) -> list[Completion]:
         fitted = [self._fit(r, params) for r in rows]
+        dropped = [len(r) - len(f[0]) for r, f in zip(rows, fitted)]
         rows = [f[0] for f in fitted]
         n = len(rows)
         b = bk.pick(self.batch_buckets, n)
@@ -241,7 +250,7 @@ class Sampler:
             pad_len[i] = p - len(r)
         logits, cache = self._prefill(self._put(tokens, ("batch", "length")), self._put(pad_len, ("batch",)), s_cur)
 
-        mode = sampling_fns.mode_of(params.is_greedy, params.is_filtered)
+        mode = sampling_fns.mode_of(params.is_greedy, params.top_k, params.top_p)
         done0 = np.arange(b) >= n  # padding rows are finished from the start
         state = dec.DecodeState(
             logits=logits,
@@ -298,7 +307,11 @@ class Sampler:
             if (host_done & ~np.asarray(done)).any():  # rows the host stopped: mark them done on device too
                 state = state.replace(done=self._put(host_done, ("batch",)))
         finish = np.asarray(jax.device_get(state.finish))
-        return [self._completion(rows[i], toks[i], lps[i], raws[i], int(finish[i]), params) for i in range(n)]
+        out = [self._completion(rows[i], toks[i], lps[i], raws[i], int(finish[i]), params) for i in range(n)]
+        for c, d in zip(out, dropped):
+            if d:
+                c.extra["truncated_prompt_tokens"] = d
+        return out
 
     def _completion(self, prompt, toks, lps, raws, code, params: SamplingParams) -> Completion:
         reason = _REASONS.get(code, "length")
