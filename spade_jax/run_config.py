@@ -76,7 +76,10 @@ def _demo() -> RunConfig:
         model="smollm2-135m",
         max_total_len=4096,
         num_workers=4,
-        loop=LoopConfig(steps=4, eval_every=2, eval_plays=2),
+        loop=LoopConfig(steps=4, eval_every=2, eval_plays=2, warmstart=True),
+        # The agent learns the answer format from the seeds' reference play (short, cheap conversations);
+        # two designer examples show the contract (each ~3K tokens: a minute of CPU per pass).
+        warmstart=WarmStartConfig(epochs=2, lr=2e-5, agent_episodes_per_seed=2, designer_seeds=2, probe_designs=0),
         selfplay=_cpu_selfplay(
             plays_per_condition=2,
             envs_per_step=2,

@@ -8,11 +8,13 @@ write a valid environment out of the box; this gives them a starting point befor
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from dataclasses import dataclass
 from typing import Any
 
 from spade_jax.rl.batch import Sample, pack_sequences
+from spade_jax.rl.learner import Learner
 from spade_jax.selfplay.cycle import episode_seed
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec, RolloutEngine, TurnReply, TurnRequest
@@ -23,11 +25,12 @@ class WarmStartConfig:
     """How much supervised data and how many passes."""
 
     epochs: int = 2
+    lr: float = 1e-5  # its own AdamW (the RL learner's optimizer state is left untouched)
     agent_episodes_per_seed: int = 2
-    designer_examples_per_seed: int = 1
+    designer_examples_per_seed: int = 1  # 0: agent conversations only
     designer_seeds: int = 0  # how many seeds get designer examples (0: all)
     batch_size: int = 8
-    probe_designs: int = 4  # designer attempts measured before and after (valid-environment rate)
+    probe_designs: int = 4  # designer attempts measured before and after (valid-environment rate); 0 skips
 
 
 class ReferencePolicy:
@@ -97,27 +100,34 @@ def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dic
     held_out = set(parts.cfg.loop.held_out)
     seeds = [s for s in list_seeds() if s.name not in held_out]
     sp = parts.selfplay
-    before = valid_rate(sp, cfg.probe_designs, step=-2)
+    figures: dict[str, float] = {}
+    if cfg.probe_designs:
+        figures["warmstart/valid_rate_before"] = valid_rate(sp, cfg.probe_designs, step=-2)
     samples = agent_examples(parts.pool, parts.tokenizer, seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
     rng = random.Random(parts.cfg.loop.seed)
     design_seeds = rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
     samples += designer_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed)
     limit = parts.cfg.max_total_len
     samples = [s for s in samples if len(s) <= limit]
+    # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments.
+    rl = parts.learner
+    sft = Learner(rl.model, dataclasses.replace(rl.config, lr=cfg.lr, schedule="constant", warmup_steps=0),
+                  mesh=rl.mesh, rules=rl.rules)  # fmt: skip
     losses = []
     for _ in range(cfg.epochs):
         rng.shuffle(samples)
         for i in range(0, len(samples), cfg.batch_size):
             batch = pack_sequences(samples[i : i + cfg.batch_size])
-            metrics = parts.learner.sft_step(batch)
+            metrics = sft.sft_step(batch)
             losses.append(float(metrics.get("loss", metrics.get("sft_loss", 0.0))))
             if progress is not None:
                 progress.console.log(f"  warm start batch {len(losses)}: loss={losses[-1]:.3f}")
-    parts.sampler.update_model(parts.learner.model)
-    after = valid_rate(sp, cfg.probe_designs, step=-1)
+    del sft
+    parts.sampler.update_model(rl.model)
+    if cfg.probe_designs:
+        figures["warmstart/valid_rate_after"] = valid_rate(sp, cfg.probe_designs, step=-1)
     return {
-        "warmstart/valid_rate_before": before,
-        "warmstart/valid_rate_after": after,
+        **figures,
         "warmstart/examples": float(len(samples)),
         "warmstart/loss_first": losses[0] if losses else 0.0,
         "warmstart/loss_last": losses[-1] if losses else 0.0,

@@ -123,3 +123,22 @@ def test_seqio_registration_is_optional():
 
     names = register_seqio_tasks(limit=2)
     assert names == (["spade_champ", "spade_reasoning_gym"] if seqio_available() else [])
+
+
+def test_seqio_tasks_serve_examples_and_score_with_our_metrics():
+    """Runs where the `eval` extra (seqio + TensorFlow) is installed; `make test` does not install it."""
+    from spade_jax.eval.seqio_tasks import register_seqio_tasks, seqio_available
+
+    if not seqio_available():
+        pytest.skip("seqio is not installed (pip install -e '.[eval]')")
+    import seqio
+
+    register_seqio_tasks(limit=2)  # a no-op when the test above registered them already
+    task = seqio.get_mixture_or_task("spade_champ")
+    rows = list(task.get_dataset(None, split="test", shuffle=False).as_numpy_iterator())
+    assert len(rows) == 2 and all(r["inputs"] and r["targets"] for r in rows)
+    (metric,) = task.metric_fns
+    targets = [r["targets"] for r in rows]
+    right = [b"The answer is \\boxed{" + t + b"}" for t in targets]
+    assert metric(targets, right)["accuracy"] == 1.0
+    assert metric(targets, [b"\\boxed{no answer}"] * 2)["accuracy"] == 0.0

@@ -130,6 +130,23 @@ def test_textarena_games_win_and_lose():
     assert game_outcome(env.close()) is None  # unfinished game
 
 
+@pytest.mark.parametrize("game", ["Countdown-v0", "Cryptarithm-v0", "GuessTheNumber-v0"])
+def test_an_invalid_move_scores_a_number(game: str):
+    """textarena swaps reward and reason for some games' invalid moves; the outcome must still be a score."""
+    import textarena as ta
+
+    env = ta.make(game)
+    env.reset(num_players=1, seed=1)
+    done = False
+    for _ in range(5):  # games allow a few invalid moves before they end the episode
+        done, _ = env.step("no action in brackets here")
+        if done:
+            break
+    assert done
+    outcome = game_outcome(env.close())
+    assert isinstance(outcome, float) and 0.0 <= outcome < 1.0
+
+
 def test_every_listed_game_starts_offline():
     import textarena as ta
 

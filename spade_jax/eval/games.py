@@ -44,7 +44,16 @@ def game_outcome(close_value: Any) -> float | None:
     rewards = close_value[0] if isinstance(close_value, tuple) else close_value
     if not isinstance(rewards, dict) or 0 not in rewards or rewards[0] is None:
         return None
-    return float(rewards[0])
+    if isinstance(rewards[0], (int, float)):
+        return float(rewards[0])
+    # Countdown-v0 and Cryptarithm-v0 (textarena 0.7.x) pass reward and reason to set_invalid_move swapped:
+    # the reward is a message and the real score sits at the end of info's "reason" ("Invalid Move: 0.568").
+    info = close_value[1] if isinstance(close_value, tuple) and len(close_value) > 1 else {}
+    reason = str(((info or {}).get(0) or {}).get("reason", ""))
+    try:
+        return float(reason.rsplit(":", 1)[-1])
+    except ValueError:
+        return 0.0  # an invalid move with no score: a loss
 
 
 @dataclass

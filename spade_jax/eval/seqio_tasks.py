@@ -74,8 +74,8 @@ def register_seqio_tasks(limit: int | None = None) -> list[str]:
             task,
             source=seqio.FunctionDataSource(dataset_fn, splits=("test",)),
             output_features={
-                "inputs": seqio.Feature(seqio.PassThroughVocabulary(1), dtype=tf.string),
-                "targets": seqio.Feature(seqio.PassThroughVocabulary(1), dtype=tf.string),
+                "inputs": seqio.Feature(seqio.PassThroughVocabulary(1), dtype=tf.string, rank=0, add_eos=False),
+                "targets": seqio.Feature(seqio.PassThroughVocabulary(1), dtype=tf.string, rank=0, add_eos=False),
             },
             preprocessors=[],
             metric_fns=[_metric(suite)],
