@@ -107,7 +107,7 @@ class Plan:
     micro_rows: int  # learner rows of agent_len per device per micro-batch
     saved_acts: float  # remat: block inputs kept for the backward pass, per micro-batch
     logits_chunk: float
-    scores_agent_row: float  # materialised float32 attention scores, one layer, one agent_len row
+    scores_agent_row: float  # float32 attention scores of one query block, one layer, one agent_len row
     scores_designer_row: float
     step_tokens: int
     learner_s: float
@@ -182,6 +182,7 @@ def plan(model: str, hw: Hardware, preset: str = "paper-qwen3-4b") -> Plan:
     free = 0.9 * hw.hbm - params - factor * opt_bytes * local  # grads are freed between learner steps
     rows = math.ceil(agent_seqs / run.learner.grad_accum_steps / batch_shards)
     heads_local = cfg.num_heads // mesh.get("tensor", 1)
+    chunk = run.learner.attn_query_chunk
     step_tokens = agent_seqs * agent_len + sp.envs_per_step * designer_len
     active = total - inactive
     return Plan(
@@ -205,8 +206,8 @@ def plan(model: str, hw: Hardware, preset: str = "paper-qwen3-4b") -> Plan:
         micro_rows=rows,
         saved_acts=rows * agent_len * cfg.hidden_size * cfg.num_layers * 2.0,
         logits_chunk=rows * run.learner.logits_chunk * cfg.vocab_size * 4.0,
-        scores_agent_row=heads_local * agent_len**2 * 4.0,
-        scores_designer_row=heads_local * designer_len**2 * 4.0,
+        scores_agent_row=heads_local * _block_rows(chunk, agent_len) * agent_len * 4.0,
+        scores_designer_row=heads_local * _block_rows(chunk, designer_len) * designer_len * 4.0,
         step_tokens=step_tokens,
         learner_s=6 * active * step_tokens / (hw.devices * hw.flops * MFU),
         sampler_s=2 * active * step_tokens / (hw.devices * hw.flops * MFU),
@@ -265,8 +266,10 @@ def tables(plans: list[Plan]) -> str:
     out += [
         "",
         "**Learner activations** per micro-batch (`grad_accum_steps` of the recipe, rows of the agent length, "
-        "remat on: block inputs kept). The attention in `Transformer` materialises float32 scores "
-        "[rows, heads, T, T]: the last two columns are one layer's scores for a single row.",
+        "remat on: block inputs kept). The learner's attention runs in blocks of query rows "
+        "(`learner.attn_query_chunk`, or 512 for long rows) "
+        "query rows, each recomputed in the backward pass: the last two columns are the float32 scores "
+        "[heads, chunk, T] of one block of one layer for a single row.",
         "",
         "| model | hardware | rows / device | saved block inputs | logits chunk | scores, agent row | "
         "scores, designer row |",
@@ -289,6 +292,15 @@ def tables(plans: list[Plan]) -> str:
     for p in plans:
         out.append(f"| {p.model} | {p.hw.name} | {p.learner_s:.0f} | {p.sampler_s:.0f} | {p.decode_step_s * 1e3:.1f} |")
     return "\n".join(out) + "\n"
+
+
+def _block_rows(chunk: int, t: int) -> int:
+    """Query rows per attention block in the learner (`Transformer.block_attention`'s rule)."""
+    from spade_jax.model.transformer import LOOP_BLOCK_ROWS, MAX_UNROLLED_BLOCKS
+
+    if not chunk or chunk >= t:
+        return t
+    return chunk if t // chunk <= MAX_UNROLLED_BLOCKS else max(chunk, LOOP_BLOCK_ROWS)
 
 
 def all_plans() -> list[Plan]:

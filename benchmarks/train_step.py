@@ -62,7 +62,9 @@ def _batch(vocab: int, rows: int, length: int, seed: int = 0):
 def _time_jax(model, batch, args) -> tuple[list[float], float]:
     from spade_jax.rl.learner import Learner, LearnerConfig
 
-    learner = Learner(model, LearnerConfig(micro_batch_size=args.micro, remat=args.remat))
+    # the torch side computes no entropy, so neither does this side (it is a metric only at entropy_coef 0)
+    cfg = LearnerConfig(micro_batch_size=args.micro, remat=args.remat, compute_entropy=False)
+    learner = Learner(model, cfg)
     with console.status("jax: compiling + warm-up"):
         t = time.perf_counter()
         first_norm = learner.train_step(batch)["grad_norm"]

@@ -77,11 +77,13 @@ def _demo() -> RunConfig:
         max_total_len=4096,
         num_workers=4,
         loop=LoopConfig(steps=4, eval_every=2, eval_plays=2, warmstart=True),
-        # The agent learns the answer format from the seeds' reference play (short, cheap conversations);
-        # two designer examples show the contract (each ~3K tokens: a minute of CPU per pass).
-        warmstart=WarmStartConfig(epochs=2, lr=2e-5, agent_episodes_per_seed=2, designer_seeds=2, probe_designs=0),
+        # The agent learns the answer format from the seeds' reference play (short, cheap conversations).
+        # Designer examples are ~3K tokens (over a minute of CPU each per pass): `spade-jax warmstart` has them.
+        warmstart=WarmStartConfig(
+            epochs=3, lr=5e-5, agent_episodes_per_seed=2, designer_examples_per_seed=0, probe_designs=0
+        ),  # fmt: skip
         selfplay=_cpu_selfplay(
-            plays_per_condition=2,
+            plays_per_condition=4,
             envs_per_step=2,
             regen_interval=2,
             designer_train_start=2,
@@ -91,7 +93,7 @@ def _demo() -> RunConfig:
             corpus=CorpusConfig(max_doc_tokens=256),
             memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=1200),
         ),
-        learner=LearnerConfig(lr=1e-6, micro_batch_size=4, remat=True),
+        learner=LearnerConfig(lr=1e-6, micro_batch_size=1, remat=True),  # a 4K-token row needs ~6 GB to train
     )
 
 

@@ -70,14 +70,21 @@ def test_packed_logprobs_equal_unpacked_model_calls():
 
 
 @pytest.mark.slow
-def test_accumulation_remat_and_chunking_give_the_same_step():
+def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
+    import spade_jax.model.transformer as transformer
+
+    monkeypatch.setattr(transformer, "LOOP_BLOCK_ROWS", 2)  # so rows of 16 can take the looped path
     batch = pack_sequences(_samples(8, seed=1), length_buckets=(16,), batch_buckets=(4,), pack=False)
     batch = batch.replace(old_logprobs=batch.sampler_logprobs + 0.3 * np.sign(batch.advantages))  # make clipping bite
     base = dict(lr=1e-3, kl_coef=0.0)
     configs = {
-        "whole": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0),
+        "whole": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0, attn_query_chunk=0),
         "accum": LearnerConfig(**base, micro_batch_size=2, logits_chunk=3),
         "remat": LearnerConfig(**base, grad_accum_steps=1, remat=True, remat_policy="dots", logits_chunk=4),
+        # causal attention blocks recomputed in the backward: 4 unrolled blocks of 4 query rows; 16 blocks of
+        # 1 row are more than MAX_UNROLLED_BLOCKS, so they run as a loop of blocks of LOOP_BLOCK_ROWS
+        "qchunk": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0, attn_query_chunk=4),
+        "qchunk-loop+remat": LearnerConfig(**base, micro_batch_size=2, remat=True, attn_query_chunk=1),
     }
     results = {}
     for name, cfg in configs.items():
@@ -86,7 +93,7 @@ def test_accumulation_remat_and_chunking_give_the_same_step():
         results[name] = (metrics, _params(learner.model), learner)
     m0, p0, _ = results["whole"]
     assert m0["clip_frac_low"] + m0["clip_frac_high"] > 0
-    for name in ("accum", "remat"):
+    for name in ("accum", "remat", "qchunk", "qchunk-loop+remat"):
         m, p, _ = results[name]
         for key in (
             "loss",
@@ -101,8 +108,9 @@ def test_accumulation_remat_and_chunking_give_the_same_step():
         for a, b in zip(p, p0):
             np.testing.assert_allclose(a, b, atol=1e-6)
 
-    # remat really rematerialises: one remat region per block, plus one for the chunked log-softmax
-    for name, want in (("remat", CFG.num_layers + 1), ("whole", 0)):
+    # remat really rematerialises: one remat region per block, plus one for the chunked log-softmax; the
+    # causal block attention has one per query block per layer (rows of 16, blocks of 4)
+    for name, want in (("remat", CFG.num_layers + 1), ("whole", 0), ("qchunk", CFG.num_layers * 16 // 4)):
         learner = results[name][2]
         params, rest = learner._split()
         traced = learner._fused.trace(params, rest, learner.opt_state, learner._put(batch), learner._norms(batch), "rl")

@@ -18,6 +18,8 @@ from spade_jax.model.rope import apply_rope, inv_frequencies
 from spade_jax.model.sharding import constrain
 
 _NEG_INF = -1e30
+MAX_UNROLLED_BLOCKS = 8  # `block_attention`: more blocks than this run as a loop ...
+LOOP_BLOCK_ROWS = 512  # ... of blocks of at least this many query rows
 
 
 @flax.struct.dataclass
@@ -71,6 +73,8 @@ class RMSNorm(nnx.Module):
 class Attention(nnx.Module):
     """Grouped-query attention with RoPE, optional QKV bias (qwen2) and per-head q/k norm (qwen3)."""
 
+    query_chunk: int = 0  # query rows per causal block without a cache (0: all at once); the learner sets it
+
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         e, d = cfg.hidden_size, cfg.head_dim
         self.cfg = cfg
@@ -113,12 +117,49 @@ class Attention(nnx.Module):
 
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
-        scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
-        scores = scores * (cfg.head_dim**-0.5)
-        scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-        out = jnp.einsum("bkgts,bskd->btkgd", probs, v).reshape(b, t, cfg.num_heads * cfg.head_dim)
-        return self.o_proj(out), new_cache
+        chunk = self.query_chunk
+        if cache_kv is None and 0 < chunk < t and t % chunk == 0 and t % max(chunk, LOOP_BLOCK_ROWS) == 0:
+            out = block_attention(q, k, v, mask, chunk)
+        else:
+            out = attention(q, k, v, mask)
+        return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), new_cache
+
+
+def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
+    """q [B, T, K, G, D] over k, v [B, S, K, D] where mask [B, T, S] allows -> [B, T, K, G, D]."""
+    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores * (q.shape[-1] ** -0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
+    return jnp.einsum("bkgts,bskd->btkgd", probs, v)
+
+
+def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, chunk: int) -> jax.Array:
+    """`attention` for a causal `mask`, `chunk` query rows at a time, each block recomputed in the backward
+    pass, so the whole score matrix never exists. Up to MAX_UNROLLED_BLOCKS blocks are unrolled and attend
+    only to keys up to their end (the rest are masked anyway: about half the matrix is skipped); longer rows
+    run blocks of LOOP_BLOCK_ROWS over all keys in a loop, which bounds memory on every backend (XLA's CPU
+    scheduler keeps unrolled blocks' buffers alive together)."""
+    t = q.shape[1]
+    heads_major = lambda x: jnp.moveaxis(x, 1, -2)  # [B, T, ..., D] -> [B, ..., T, D]: batched matmul layout
+
+    @jax.checkpoint
+    def block(qb: jax.Array, kb: jax.Array, vb: jax.Array, mb: jax.Array) -> jax.Array:
+        scores = jnp.einsum("bkgtd,bksd->bkgts", qb, kb, preferred_element_type=jnp.float32)
+        scores = jnp.where(mb[:, None, None], scores, _NEG_INF)
+        probs = jax.nn.softmax(scores, axis=-1).astype(vb.dtype)
+        return jnp.einsum("bkgts,bksd->bkgtd", probs, vb)
+
+    qh, kh, vh = heads_major(q * q.shape[-1] ** -0.5), heads_major(k), heads_major(v)  # scale the smaller side
+    if t // chunk <= MAX_UNROLLED_BLOCKS:
+        outs = [block(qh[..., s : s + chunk, :], kh[..., : s + chunk, :], vh[..., : s + chunk, :],
+                      mask[:, s : s + chunk, : s + chunk]) for s in range(0, t, chunk)]  # fmt: skip
+        return jnp.moveaxis(jnp.concatenate(outs, axis=-2), -2, 1)
+    n = t // max(chunk, LOOP_BLOCK_ROWS)
+    qs = jnp.moveaxis(qh.reshape(*qh.shape[:-2], n, t // n, qh.shape[-1]), -3, 0)  # [n, B, K, G, T/n, D]
+    ms = jnp.moveaxis(mask.reshape(mask.shape[0], n, t // n, t), 1, 0)
+    out = jax.lax.map(lambda qm: block(qm[0], kh, vh, qm[1]), (qs, ms))
+    return jnp.moveaxis(jnp.moveaxis(out, 0, -3).reshape(qh.shape), -2, 1)
 
 
 class MLP(nnx.Module):

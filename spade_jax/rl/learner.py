@@ -50,6 +50,7 @@ class LearnerConfig:
     remat: bool = False  # rematerialise each transformer block in the backward pass
     remat_policy: str = "nothing"  # nothing | dots
     logits_chunk: int = 1024  # sequence positions per log-softmax chunk (0: no chunking)
+    attn_query_chunk: int = 128  # query rows per causal attention block, recomputed in the backward (0: whole)
     clip_low: float = 0.2
     clip_high: float = 0.28
     is_cap: float = 2.0  # truncation C of the sampler->learner importance weight
@@ -112,7 +113,14 @@ class _RematBlock(nnx.Module):
 
 
 def forward_hidden(
-    model: Any, tokens: jax.Array, positions: jax.Array, segment_ids: jax.Array, *, remat: bool = False, policy=None
+    model: Any,
+    tokens: jax.Array,
+    positions: jax.Array,
+    segment_ids: jax.Array,
+    *,
+    remat: bool = False,
+    policy: Any = None,
+    query_chunk: int = 0,
 ) -> jax.Array:
     """Final hidden states [B, T, E] of packed rows through the model's own forward.
 
@@ -121,6 +129,9 @@ def forward_hidden(
     """
     if remat:
         model.layers = nnx.List([_RematBlock(block, policy) for block in model.layers])
+    if query_chunk:
+        for block in model.layers:
+            (block.block if remat else block).attn.query_chunk = query_chunk
     hidden, _ = model(tokens, positions, attn_mask=attention_mask(segment_ids), return_hidden=True)
     return hidden
 
@@ -233,6 +244,7 @@ class Learner:
             batch.segment_ids,
             remat=remat,
             policy=REMAT_POLICIES[cfg.remat_policy],
+            query_chunk=cfg.attn_query_chunk,
         )
         logp, ent = token_logprobs(
             model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy
@@ -349,8 +361,10 @@ class Learner:
             else:
                 acc, all_metrics = None, []
                 for start in range(0, rows, micro):
-                    mb = self._put(batch.rows(start, start + micro))
-                    acc, metrics = self._micro(params, rest, acc, mb, norms, kind)
+                    part = batch.rows(start, start + micro)
+                    if acc is not None and not _host(part.loss_mask).any():
+                        continue  # only padding rows (to a batch bucket): no gradient, no metrics
+                    acc, metrics = self._micro(params, rest, acc, self._put(part), norms, kind)
                     all_metrics.append(metrics)
                 params, self.opt_state, grad_norm = self._apply(params, self.opt_state, acc)
         nnx.update(self.model, params)
