@@ -71,7 +71,7 @@ def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
 
 
 def _demo() -> RunConfig:
-    """SmolLM2-135M on 2 CPU cores, ~15 minutes: a few steps of the full cycle."""
+    """SmolLM2-135M on 2 CPU cores, ~10 minutes: an agent warm start, then four steps of the full cycle."""
     return RunConfig(
         model="smollm2-135m",
         max_total_len=4096,
