@@ -23,24 +23,6 @@ HIGHER_LOWER = contract_examples()["game"]
 NO_HINT_ENV = contract_examples()["tool"]
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
-
-    p = HostPool(num_workers=4, sandbox=SandboxConfig(level="auto", call_timeout_s=3.0))
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from spade_jax.model.embedded import embedded_gguf_path
-    from spade_jax.model.tokenizer import Tokenizer
-
-    return Tokenizer.from_gguf(embedded_gguf_path())
-
-
 def _binary_or_random(req) -> str:
     lo, hi, last = 1, 100, None
     for msg in req.messages[1:]:

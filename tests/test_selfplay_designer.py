@@ -46,22 +46,7 @@ class Replay:
         return out
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
-
-    p = HostPool(num_workers=2, sandbox=SandboxConfig(level="auto", call_timeout_s=3.0))
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from spade_jax.model.embedded import embedded_gguf_path
-    from spade_jax.model.tokenizer import Tokenizer
-
-    return Tokenizer.from_gguf(embedded_gguf_path())
+POOL_WORKERS = 2  # for the `pool` fixture in conftest.py
 
 
 def test_valid_design_archived_and_same_batch_copy_rejected(pool, tokenizer):

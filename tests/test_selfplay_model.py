@@ -27,14 +27,7 @@ pytestmark = pytest.mark.slow
 CONTEXT = 4096
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
-
-    p = HostPool(num_workers=4, sandbox=SandboxConfig(level="auto", call_timeout_s=5.0))
-    yield p
-    p.close()
+POOL_CALL_TIMEOUT_S = 5.0  # for the `pool` fixture in conftest.py
 
 
 @pytest.fixture(scope="module")

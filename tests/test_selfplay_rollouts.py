@@ -44,22 +44,7 @@ class Trap(GameEnv):
 """
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
-
-    p = HostPool(num_workers=4, sandbox=SandboxConfig(level="auto", call_timeout_s=2.0))
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from spade_jax.model.embedded import embedded_gguf_path
-    from spade_jax.model.tokenizer import Tokenizer
-
-    return Tokenizer.from_gguf(embedded_gguf_path())
+POOL_CALL_TIMEOUT_S = 2.0  # for the `pool` fixture in conftest.py
 
 
 def _range(messages: list[dict]) -> tuple[int, int]:

@@ -18,22 +18,8 @@ from spade_jax.warmstart import agent_examples
 ONE_TURN_SEEDS = ("knights_knaves", "linear_system", "date_offset")
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
-
-    p = HostPool(num_workers=2, sandbox=SandboxConfig(level="auto", call_timeout_s=5.0))
-    yield p
-    p.close()
-
-
-@pytest.fixture(scope="module")
-def tokenizer():
-    from spade_jax.model.embedded import embedded_gguf_path
-    from spade_jax.model.tokenizer import Tokenizer
-
-    return Tokenizer.from_gguf(embedded_gguf_path())
+POOL_WORKERS = 2
+POOL_CALL_TIMEOUT_S = 5.0  # for the `pool` fixture in conftest.py
 
 
 def test_agent_examples_are_winning_reference_conversations(pool, tokenizer) -> None:
