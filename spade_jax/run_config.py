@@ -87,7 +87,7 @@ def _demo() -> RunConfig:
             envs_per_step=2,
             regen_interval=2,
             designer_train_start=2,
-            designer=DesignerConfig(max_new_tokens=768, context_len=4096, max_repairs=0),
+            designer=DesignerConfig(max_new_tokens=1024, context_len=4096, max_repairs=0),  # seeds: 600-1200 tokens
             hints=HintConfig(max_new_tokens=64),
             rollout=RolloutConfig(max_turns=3, max_episode_tokens=1536, max_new_tokens_per_turn=48),
             corpus=CorpusConfig(max_doc_tokens=256),
