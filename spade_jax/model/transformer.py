@@ -117,9 +117,8 @@ class Attention(nnx.Module):
 
         groups = cfg.num_heads // cfg.num_kv_heads
         q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
-        chunk = self.query_chunk
-        if cache_kv is None and 0 < chunk < t and t % chunk == 0 and t % max(chunk, LOOP_BLOCK_ROWS) == 0:
-            out = block_attention(q, k, v, mask, chunk)
+        if cache_kv is None and blocks_apply(t, self.query_chunk):
+            out = block_attention(q, k, v, mask, self.query_chunk)
         else:
             out = attention(q, k, v, mask)
         return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), new_cache
@@ -132,6 +131,14 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v)
+
+
+def blocks_apply(t: int, chunk: int) -> bool:
+    """Whether `block_attention` can split T query rows: into at most MAX_UNROLLED_BLOCKS blocks of `chunk`,
+    or else into a loop of blocks of max(chunk, LOOP_BLOCK_ROWS)."""
+    if not 0 < chunk < t or t % chunk:
+        return False
+    return t // chunk <= MAX_UNROLLED_BLOCKS or t % max(chunk, LOOP_BLOCK_ROWS) == 0
 
 
 def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, chunk: int) -> jax.Array:
