@@ -267,8 +267,8 @@ def tables(plans: list[Plan]) -> str:
         "",
         "**Learner activations** per micro-batch (`grad_accum_steps` of the recipe, rows of the agent length, "
         "remat on: block inputs kept). The learner's attention runs in blocks of query rows "
-        "(`learner.attn_query_chunk`, or 512 for long rows) "
-        "query rows, each recomputed in the backward pass: the last two columns are the float32 scores "
+        "(`learner.attn_query_chunk`, or 512 for long rows), recomputed in the backward pass once a layer's "
+        "blocks hold more than 64 MiB of scores (always, for long rows): the last two columns are the float32 scores "
         "[heads, chunk, T] of one block of one layer for a single row.",
         "",
         "| model | hardware | rows / device | saved block inputs | logits chunk | scores, agent row | "

@@ -81,8 +81,9 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
         "whole": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0, attn_query_chunk=0),
         "accum": LearnerConfig(**base, micro_batch_size=2, logits_chunk=3),
         "remat": LearnerConfig(**base, grad_accum_steps=1, remat=True, remat_policy="dots", logits_chunk=4),
-        # causal attention blocks recomputed in the backward: 4 unrolled blocks of 4 query rows; 16 blocks of
-        # 1 row are more than MAX_UNROLLED_BLOCKS, so they run as a loop of blocks of LOOP_BLOCK_ROWS
+        # causal attention blocks: 4 unrolled blocks of 4 query rows (small: their probabilities are kept);
+        # 16 blocks of 1 row are more than MAX_UNROLLED_BLOCKS, so they run as a loop of recomputed blocks of
+        # LOOP_BLOCK_ROWS
         "qchunk": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0, attn_query_chunk=4),
         "qchunk-loop+remat": LearnerConfig(**base, micro_batch_size=2, remat=True, attn_query_chunk=1),
     }
@@ -91,9 +92,17 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
         learner = Learner(_model(), cfg)
         metrics = learner.train_step(batch)
         results[name] = (metrics, _params(learner.model), learner)
+    with monkeypatch.context() as patch:  # the unrolled blocks again, past the size where they are recomputed
+        patch.setattr(transformer, "REMAT_SCORE_BYTES", 0)
+        learner = Learner(_model(), configs["qchunk"])
+        metrics = learner.train_step(batch)
+        params, rest = learner._split()
+        traced = learner._fused.trace(params, rest, learner.opt_state, learner._put(batch), learner._norms(batch), "rl")
+        assert str(traced.jaxpr).count("remat") == CFG.num_layers * 16 // 4  # one per query block per layer
+        results["qchunk+remat"] = (metrics, _params(learner.model), learner)
     m0, p0, _ = results["whole"]
     assert m0["clip_frac_low"] + m0["clip_frac_high"] > 0
-    for name in ("accum", "remat", "qchunk", "qchunk-loop+remat"):
+    for name in ("accum", "remat", "qchunk", "qchunk+remat", "qchunk-loop+remat"):
         m, p, _ = results[name]
         for key in (
             "loss",
@@ -108,9 +117,9 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
         for a, b in zip(p, p0):
             np.testing.assert_allclose(a, b, atol=1e-6)
 
-    # remat really rematerialises: one remat region per block, plus one for the chunked log-softmax; the
-    # causal block attention has one per query block per layer (rows of 16, blocks of 4)
-    for name, want in (("remat", CFG.num_layers + 1), ("whole", 0), ("qchunk", CFG.num_layers * 16 // 4)):
+    # remat really rematerialises: one remat region per block, plus one for the chunked log-softmax; small
+    # unrolled attention blocks have none (above: one per query block per layer once they are recomputed)
+    for name, want in (("remat", CFG.num_layers + 1), ("whole", 0), ("qchunk", 0)):
         learner = results[name][2]
         params, rest = learner._split()
         traced = learner._fused.trace(params, rest, learner.opt_state, learner._put(batch), learner._norms(batch), "rl")

@@ -21,10 +21,10 @@ from spade_jax.sampling import Sampler, SamplingParams
 PROMPTS = ["Hello world", "x", "The quick brown fox jumps over the lazy dog. " * 2, "a b c d", "1234567890" * 5]
 
 
-def make_model(seed: int = 0):
+def make_model(seed: int = 0, **overrides):
     """Untied tiny llama over the byte tokenizer, with a scaled-up head so generations are varied ASCII text."""
     cfg, _, tok = load_model("tiny")
-    cfg = cfg.replace(vocab_size=tok.vocab_size, tie_embeddings=False)
+    cfg = cfg.replace(vocab_size=tok.vocab_size, tie_embeddings=False, **overrides)
     model = Transformer(cfg, rngs=nnx.Rngs(seed))
     w = np.asarray(model.lm_head.kernel[...]) * 25
     w[:, 128:] *= 0.1  # rarely emit non-ASCII bytes or control tokens
@@ -180,8 +180,12 @@ def test_compile_count_is_bounded_over_random_length_prompts():
             assert 1 <= len(c.token_ids) <= params.max_new_tokens
 
     run(50)
-    # head transpose is untied here: prefill per prompt bucket (32..384: 5), decode and grow per cache length
-    assert sampler.compile_count <= 16, sorted(sampler._programs)
+    # untied head (no head transpose): a prefill per prompt bucket up to 384 (32, 48, ..., 384: 8), a decode and a
+    # grow per cache length up to 300 + 48 (64, 96, ..., 384: 6), and the batch-1 transposed kernels once
+    prompt = [n for n in sampler.prompt_buckets if n <= 384]
+    cache = [n for n in sampler.cache_buckets if n <= 384]
+    assert (len(prompt), len(cache)) == (8, 6)
+    assert sampler.compile_count <= len(prompt) + 2 * len(cache) + 1, sorted(sampler._programs)
     before = sampler.compile_count
     run(15)
     assert sampler.compile_count == before
@@ -214,3 +218,18 @@ def test_chat_renders_the_template_and_reports_progress(setup):
     # continuing a conversation from a previous completion's ids
     more = sampler.generate([c.full_ids + tok.encode(" and", add_special_tokens=False)], SamplingParams(greedy=True))
     assert more[0].prompt_ids[: len(c.full_ids)] == c.full_ids
+
+
+def test_bfloat16_weights_decode_like_a_full_forward():
+    """bfloat16 weights, float32 compute: decoding (one row alone, with the transposed batch-1 kernels, and a
+    batch) gives the log-probs of a full forward pass, whose Linears make the same bfloat16 matmuls."""
+    model, tok = make_model(seed=1, param_dtype="bfloat16", dtype="float32")
+    assert model.layers[0].mlp.up_proj.kernel[...].dtype == np.dtype("bfloat16")
+    sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
+    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5)
+    alone = [sampler.generate([p], params)[0] for p in PROMPTS[:3]]
+    for c in alone + sampler.generate(PROMPTS[:3], params):
+        logits = full_logits(model, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
+        want = log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids]
+        assert want.std() > 0.1  # varied tokens, not one repeated
+        np.testing.assert_allclose(c.raw_logprobs, want, atol=1e-4)

@@ -20,6 +20,7 @@ from spade_jax.model.sharding import constrain
 _NEG_INF = -1e30
 MAX_UNROLLED_BLOCKS = 8  # `block_attention`: more blocks than this run as a loop ...
 LOOP_BLOCK_ROWS = 512  # ... of blocks of at least this many query rows
+REMAT_SCORE_BYTES = 64 * 2**20  # unrolled blocks keep their probabilities for the backward up to this (per layer)
 
 
 @flax.struct.dataclass
@@ -44,17 +45,28 @@ class KVCache:
 
 
 def _linear(cfg: ModelConfig, din: int, dout: int, axes: tuple, rngs: nnx.Rngs, bias: bool = False) -> nnx.Linear:
+    # bfloat16 weights with float32 compute: one bfloat16 matmul accumulating in float32 (the input rounded to
+    # bfloat16), not an upcast copy of the weights on every call
+    mixed = cfg.jnp_param_dtype == jnp.bfloat16 and cfg.jnp_dtype == jnp.float32
     return nnx.Linear(
         din,
         dout,
         use_bias=bias,
         dtype=cfg.jnp_dtype,
         param_dtype=cfg.jnp_param_dtype,
+        promote_dtype=_promote_to_bf16_weights if mixed else nnx.nn.dtypes.promote_dtype,
+        preferred_element_type=jnp.float32 if mixed else None,
         kernel_init=nnx.initializers.normal(0.02),
         kernel_metadata={"logical_axes": axes},
         bias_metadata={"logical_axes": axes[1:]},
         rngs=rngs,
     )
+
+
+def _promote_to_bf16_weights(args: tuple, dtype=None, inexact: bool = True) -> tuple:
+    """(inputs, kernel, bias) for a bfloat16-weight Linear: inputs rounded to the kernel's bfloat16, bias kept."""
+    inputs, kernel, bias = args
+    return inputs.astype(kernel.dtype), kernel, None if bias is None else bias.astype(dtype)
 
 
 class RMSNorm(nnx.Module):
@@ -142,15 +154,15 @@ def blocks_apply(t: int, chunk: int) -> bool:
 
 
 def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, chunk: int) -> jax.Array:
-    """`attention` for a causal `mask`, `chunk` query rows at a time, each block recomputed in the backward
-    pass, so the whole score matrix never exists. Up to MAX_UNROLLED_BLOCKS blocks are unrolled and attend
-    only to keys up to their end (the rest are masked anyway: about half the matrix is skipped); longer rows
-    run blocks of LOOP_BLOCK_ROWS over all keys in a loop, which bounds memory on every backend (XLA's CPU
-    scheduler keeps unrolled blocks' buffers alive together)."""
-    t = q.shape[1]
+    """`attention` for a causal `mask`, `chunk` query rows at a time, so the whole score matrix never exists.
+    Up to MAX_UNROLLED_BLOCKS blocks are unrolled and attend only to keys up to their end (the rest are masked
+    anyway: about half the matrix is skipped); they keep their probabilities for the backward pass while these
+    total at most REMAT_SCORE_BYTES, and are recomputed in it past that. Longer rows run recomputed blocks of
+    LOOP_BLOCK_ROWS over all keys in a loop, which bounds memory on every backend (XLA's CPU scheduler keeps
+    unrolled blocks' buffers alive together)."""
+    b, t, heads = q.shape[0], q.shape[1], q.shape[2] * q.shape[3]
     heads_major = lambda x: jnp.moveaxis(x, 1, -2)  # [B, T, ..., D] -> [B, ..., T, D]: batched matmul layout
 
-    @jax.checkpoint
     def block(qb: jax.Array, kb: jax.Array, vb: jax.Array, mb: jax.Array) -> jax.Array:
         scores = jnp.einsum("bkgtd,bksd->bkgts", qb, kb, preferred_element_type=jnp.float32)
         scores = jnp.where(mb[:, None, None], scores, _NEG_INF)
@@ -158,10 +170,13 @@ def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, c
         return jnp.einsum("bkgts,bksd->bkgtd", probs, vb)
 
     qh, kh, vh = heads_major(q * q.shape[-1] ** -0.5), heads_major(k), heads_major(v)  # scale the smaller side
+    unrolled_bytes = 4 * b * heads * chunk * sum(range(chunk, t + 1, chunk))  # float32 scores of the causal blocks
     if t // chunk <= MAX_UNROLLED_BLOCKS:
+        block = block if unrolled_bytes <= REMAT_SCORE_BYTES else jax.checkpoint(block)
         outs = [block(qh[..., s : s + chunk, :], kh[..., : s + chunk, :], vh[..., : s + chunk, :],
                       mask[:, s : s + chunk, : s + chunk]) for s in range(0, t, chunk)]  # fmt: skip
         return jnp.moveaxis(jnp.concatenate(outs, axis=-2), -2, 1)
+    block = jax.checkpoint(block)  # a loop would otherwise stack every block's probabilities
     n = t // max(chunk, LOOP_BLOCK_ROWS)
     qs = jnp.moveaxis(qh.reshape(*qh.shape[:-2], n, t // n, qh.shape[-1]), -3, 0)  # [n, B, K, G, T/n, D]
     ms = jnp.moveaxis(mask.reshape(mask.shape[0], n, t // n, t), 1, 0)
@@ -262,8 +277,10 @@ class Transformer(nnx.Module):
     def logits(self, hidden: jax.Array) -> jax.Array:
         """Projects final hidden states [..., E] to float32 logits [..., V]."""
         if self.cfg.tie_embeddings:
-            w = self.embed_tokens.embedding[...].astype(hidden.dtype)
-            logits = jnp.einsum("...e,ve->...v", hidden, w, preferred_element_type=jnp.float32)
+            w = self.embed_tokens.embedding[...]
+            if w.dtype == jnp.bfloat16:  # as the Linears: a bfloat16 matmul accumulating in float32
+                hidden = hidden.astype(w.dtype)
+            logits = jnp.einsum("...e,ve->...v", hidden, w.astype(hidden.dtype), preferred_element_type=jnp.float32)
         else:
             logits = self.lm_head(hidden).astype(jnp.float32)
         if logits.ndim == 3:

@@ -9,13 +9,13 @@ DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
 def length_buckets(max_len: int, smallest: int = 32) -> tuple[int, ...]:
-    """Powers of two from `smallest`, with 1.5x steps from 256 on (all multiples of 128 past 128), up to max_len
-    rounded up to a multiple of 128."""
+    """Steps of 1.5x and 2x in turn from `smallest` (32, 48, 64, 96, 128, 192, ...), up to max_len rounded up to a
+    multiple of 128: padding wastes at most a third of a bucket, and the count grows with log(max_len)."""
     out, n = [], smallest
     top = -(-max_len // 128) * 128
     while n < top:
         out.append(n)
-        if n >= 256 and n * 3 // 2 < top:
+        if n * 3 // 2 < top:
             out.append(n * 3 // 2)
         n *= 2
     out.append(top)

@@ -18,9 +18,10 @@ SCORE_BUDGET = 64 * 2**20  # float32 attention scores per chunk (256 MiB)
 
 
 def chunk_len(batch: int, prompt_slots: int, num_heads: int, score_budget: int = SCORE_BUDGET) -> int:
-    """Largest power-of-two query chunk dividing prompt_slots with batch * heads * chunk * prompt_slots <= budget."""
-    c = prompt_slots & -prompt_slots  # largest power of two dividing it
-    while c > 16 and batch * num_heads * c * prompt_slots > score_budget:
+    """Query rows per prefill chunk: prompt_slots halved while the scores batch * heads * chunk * prompt_slots
+    exceed the budget (and the halves stay whole and at least 16 rows)."""
+    c = prompt_slots
+    while c % 2 == 0 and c > 16 and batch * num_heads * c * prompt_slots > score_budget:
         c //= 2
     return c
 

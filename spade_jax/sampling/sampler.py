@@ -14,6 +14,9 @@ e.g. its system message, would corrupt the episode), or keeps its last `max_tota
 
 With bfloat16 weights and float32 compute, decode matmuls run in bfloat16 with float32 accumulation (faster on
 CPUs with AVX512-BF16 from batch ~8 up; slower at batch 1); log-probs are then those of that computation.
+On CPU, a batch of one row decodes with the projection kernels transposed to [out, in] (`matvec_layout`, a
+copy made on first use), the layout XLA's matrix-vector code streams fastest; the head of a tied embedding is
+copied to [E, V] (`transpose_head`), the layout the GEMM library takes for larger batches.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Sampler:
         cache_growth: bool = True,
         overflow: str = "error",
         transpose_head: bool = True,
+        matvec_layout: bool = True,
     ):
         if overflow not in ("error", "truncate_left"):
             raise ValueError(f"overflow must be 'error' or 'truncate_left', got {overflow!r}")
@@ -85,10 +89,11 @@ class Sampler:
         self.cache_growth = cache_growth
         self.overflow = overflow
         self.transpose_head = transpose_head
+        self.matvec_layout = matvec_layout
         self._programs: dict[tuple, Any] = {}
         self.compile_count = 0
         self.compile_seconds = 0.0
-        self.graphdef, self.state, self._sig, self._head = None, None, None, None
+        self.graphdef, self.state, self._sig, self._head, self._kernels_t = None, None, None, None, None
         self.update_model(model)
 
     # ----------------------------------------------------------------------------------------------- public API
@@ -101,7 +106,7 @@ class Sampler:
         if graphdef != self.graphdef or sig != self._sig:
             self._programs.clear()
         self.graphdef, self.state, self._sig, self.cfg = graphdef, state, sig, model.cfg
-        self._head = None
+        self._head, self._kernels_t = None, None
         if self.transpose_head and model.cfg.tie_embeddings:  # a device-side [E, V] copy of the tied embedding
             self._head = self._run(("head",), lambda st: dec.head_matrix(nnx.merge(graphdef, st)), (state,))
 
@@ -215,13 +220,23 @@ class Sampler:
     def _decode(self, cache, state, consts, n_steps: int, mode: str):
         graphdef, width = self.graphdef, self.chunk_steps
 
-        def fn(params, head, cache, state, consts, n_steps):
+        def fn(params, head, kernels_t, cache, state, consts, n_steps):
             model = nnx.merge(graphdef, params)
-            return dec.decode_chunk(model, cache, state, consts, n_steps, mode=mode, width=width, head=head)
+            return dec.decode_chunk(
+                model, cache, state, consts, n_steps, mode=mode, width=width, head=head, kernels_t=kernels_t
+            )
 
-        key = ("decode", state.logits.shape[0], cache.length, mode, width)
-        args = (self.state, self._head, cache, state, consts, self._put(np.int32(n_steps)))
-        return self._run(key, fn, args, donate=(2, 3))
+        b = state.logits.shape[0]
+        head, kernels_t = self._head, None
+        if b == 1 and self.matvec_layout and self.mesh is None and jax.default_backend() == "cpu":
+            if self._kernels_t is None:  # made on first use, kept until update_model
+                self._kernels_t = self._run(
+                    ("kernels_t",), lambda st: dec.matvec_kernels(nnx.merge(graphdef, st)), (self.state,)
+                )
+            head, kernels_t = None, self._kernels_t
+        key = ("decode", b, cache.length, mode, width)
+        args = (self.state, head, kernels_t, cache, state, consts, self._put(np.int32(n_steps)))
+        return self._run(key, fn, args, donate=(3, 4))
 
     def _grow(self, cache: dec.DecodeCache, length: int) -> dec.DecodeCache:
         key = ("grow", cache.k[0].shape[0], cache.length, length)
