@@ -233,3 +233,21 @@ def test_bfloat16_weights_decode_like_a_full_forward():
         want = log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids]
         assert want.std() > 0.1  # varied tokens, not one repeated
         np.testing.assert_allclose(c.raw_logprobs, want, atol=1e-4)
+
+
+@pytest.mark.parametrize("overrides", [dict(arch="qwen2", qkv_bias=True), dict(arch="qwen3", qk_norm=True)])
+def test_qkv_bias_and_qk_norm_decode_like_a_full_forward(overrides):
+    """The stacked batch-1 kernels split back into q, k, v with their own biases (qwen2) and norms (qwen3)."""
+    model, tok = make_model(seed=2, **overrides)
+    rng = np.random.default_rng(0)
+    for layer in model.layers:
+        for lin in (layer.attn.q_proj, layer.attn.k_proj, layer.attn.v_proj):
+            if lin.use_bias:
+                lin.bias[...] = rng.normal(0, 0.5, lin.bias.shape).astype(np.float32)
+    sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
+    params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=4)
+    alone = [sampler.generate([p], params)[0] for p in PROMPTS[:2]]
+    for c in alone + sampler.generate(PROMPTS[:2], params):
+        logits = full_logits(model, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
+        want = log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids]
+        np.testing.assert_allclose(c.raw_logprobs, want, atol=1e-4)

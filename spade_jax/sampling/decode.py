@@ -8,6 +8,8 @@ step instead of transposing the whole cache every step (which it does for the [B
 
 from __future__ import annotations
 
+import itertools
+
 import flax.struct
 import jax
 import jax.numpy as jnp
@@ -99,20 +101,19 @@ def head_matrix(model) -> jax.Array | None:
     return constrain(model.embed_tokens.embedding[...].T, (None, "vocab"))
 
 
-PROJECTIONS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
-
-
 def matvec_kernels(model) -> list[dict[str, jax.Array]]:
-    """Each layer's projection kernels transposed to [out, in], for batch-1 decoding: XLA's matrix-vector code
-    streams weights ~25% faster in this layout than in [in, out] (measured on SmolLM2-135M, float32, CPU),
-    and at batch 1 decoding is bound by that stream. MoE layers keep their own experts."""
+    """Each layer's projection kernels transposed to [out, in] for batch-1 decoding, q/k/v and gate/up each
+    stacked into one matrix ("qkv", "gate_up"; also "o", "down"): XLA's matrix-vector code streams weights ~25%
+    faster in this layout than in [in, out] (measured on SmolLM2-135M, float32, CPU), and at batch 1 decoding is
+    bound by that stream. MoE layers keep their own experts."""
     out = []
     for layer in model.layers:
-        mods = {"q_proj": layer.attn.q_proj, "k_proj": layer.attn.k_proj, "v_proj": layer.attn.v_proj}
-        mods["o_proj"] = layer.attn.o_proj
+        a = layer.attn
+        kt = lambda *lins: jnp.concatenate([lin.kernel[...].T for lin in lins], axis=0)
+        mats = {"qkv": kt(a.q_proj, a.k_proj, a.v_proj), "o": kt(a.o_proj)}
         if isinstance(layer.mlp, MLP):
-            mods.update(gate_proj=layer.mlp.gate_proj, up_proj=layer.mlp.up_proj, down_proj=layer.mlp.down_proj)
-        out.append({name: m.kernel[...].T for name, m in mods.items()})
+            mats.update(gate_up=kt(layer.mlp.gate_proj, layer.mlp.up_proj), down=kt(layer.mlp.down_proj))
+        out.append(mats)
     return out
 
 
@@ -120,31 +121,33 @@ def logits_of(model, hidden: jax.Array, head: jax.Array | None) -> jax.Array:
     """float32 logits [B, V] from final hidden states [B, E] (same values as `model.logits`)."""
     if head is None:
         if not model.cfg.tie_embeddings:
-            return _linear(model.lm_head, hidden).astype(jnp.float32)
+            return model.lm_head(hidden).astype(jnp.float32)
         head = model.embed_tokens.embedding[...].T
     if head.dtype == jnp.bfloat16:
         return jnp.dot(hidden.astype(head.dtype), head, preferred_element_type=jnp.float32)
     return jnp.dot(hidden, head.astype(hidden.dtype), preferred_element_type=jnp.float32)
 
 
-def _linear(lin, x: jax.Array, kernel_t: jax.Array | None = None) -> jax.Array:
-    """`lin(x)` for an nnx.Linear, computed from `kernel_t` (its kernel as [out, in]) when given, with the same
-    arithmetic (bfloat16 weights: a bfloat16 matmul accumulating in float32)."""
+def _linears(lins: tuple, x: jax.Array, kernel_t: jax.Array | None) -> list[jax.Array]:
+    """[lin(x) for lin in lins], from their kernels stacked as [sum of outs, in] (`matvec_kernels`) when given,
+    with the same arithmetic (bfloat16 weights: a bfloat16 matmul accumulating in float32)."""
     if kernel_t is None:
-        return lin(x)
+        return [lin(x) for lin in lins]
     dims = (((x.ndim - 1,), (1,)), ((), ()))
     if kernel_t.dtype == jnp.bfloat16 and x.dtype == jnp.float32:
         y = jax.lax.dot_general(x.astype(kernel_t.dtype), kernel_t, dims, preferred_element_type=jnp.float32)
     else:
         y = jax.lax.dot_general(x, kernel_t.astype(x.dtype), dims)
-    return y + lin.bias[...].astype(y.dtype) if lin.use_bias else y
+    ends = list(itertools.accumulate(lin.kernel.shape[1] for lin in lins))
+    parts = jnp.split(y, ends[:-1], axis=-1)
+    return [p + lin.bias[...].astype(p.dtype) if lin.use_bias else p for p, lin in zip(parts, lins)]
 
 
 def _mlp(mlp, x: jax.Array, kt: dict[str, jax.Array]) -> jax.Array:
     if not isinstance(mlp, MLP):
         return mlp(x)  # MoE
-    gate, up = _linear(mlp.gate_proj, x, kt.get("gate_proj")), _linear(mlp.up_proj, x, kt.get("up_proj"))
-    return _linear(mlp.down_proj, jax.nn.silu(gate) * up, kt.get("down_proj"))
+    gate, up = _linears((mlp.gate_proj, mlp.up_proj), x, kt.get("gate_up"))
+    return _linears((mlp.down_proj,), jax.nn.silu(gate) * up, kt.get("down"))[0]
 
 
 def forward_one(
@@ -177,7 +180,7 @@ def forward_one(
     for i, layer in enumerate(model.layers):
         attn, kt = layer.attn, kernels_t[i] if kernels_t is not None else {}
         h = layer.input_layernorm(x)
-        q, k, v = (_linear(getattr(attn, n), h, kt.get(n)) for n in ("q_proj", "k_proj", "v_proj"))
+        q, k, v = _linears((attn.q_proj, attn.k_proj, attn.v_proj), h, kt.get("qkv"))
         q, k, v = q.reshape(b, 1, nh, d), k.reshape(b, 1, kvh, d), v.reshape(b, 1, kvh, d)
         if cfg.qk_norm:
             q, k = attn.q_norm(q), attn.k_norm(k)
@@ -189,7 +192,7 @@ def forward_one(
         new_k.append(kc)
         new_v.append(vc)
         out = _attention(q.reshape(b, kvh, g, d), kc, vc, valid, d)
-        x = x + _linear(attn.o_proj, out.reshape(b, nh * d), kt.get("o_proj"))
+        x = x + _linears((attn.o_proj,), out.reshape(b, nh * d), kt.get("o"))[0]
         x = constrain(x + _mlp(layer.mlp, layer.post_attention_layernorm(x), kt), ("batch", "embed"))
     logits = logits_of(model, model.norm(x), head)
     return constrain(logits, ("batch", "vocab")), DecodeCache(k=new_k, v=new_v)
