@@ -225,14 +225,8 @@ def test_bfloat16_weights_decode_like_a_full_forward():
     batch) gives the log-probs of a full forward pass, whose Linears make the same bfloat16 matmuls."""
     model, tok = make_model(seed=1, param_dtype="bfloat16", dtype="float32")
     assert model.layers[0].mlp.up_proj.kernel[...].dtype == np.dtype("bfloat16")
-    sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
-    params = SamplingParams(max_new_tokens=24, temperature=1.0, seed=5)
-    alone = [sampler.generate([p], params)[0] for p in PROMPTS[:3]]
-    for c in alone + sampler.generate(PROMPTS[:3], params):
-        logits = full_logits(model, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
-        want = log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids]
+    for want in _alone_and_batched_vs_full_forward(model, tok, PROMPTS[:3], max_new_tokens=24, seed=5):
         assert want.std() > 0.1  # varied tokens, not one repeated
-        np.testing.assert_allclose(c.raw_logprobs, want, atol=1e-4)
 
 
 @pytest.mark.parametrize("overrides", [dict(arch="qwen2", qkv_bias=True), dict(arch="qwen3", qk_norm=True)])
@@ -244,10 +238,18 @@ def test_qkv_bias_and_qk_norm_decode_like_a_full_forward(overrides):
         for lin in (layer.attn.q_proj, layer.attn.k_proj, layer.attn.v_proj):
             if lin.use_bias:
                 lin.bias[...] = rng.normal(0, 0.5, lin.bias.shape).astype(np.float32)
+    _alone_and_batched_vs_full_forward(model, tok, PROMPTS[:2], max_new_tokens=16, seed=4)
+
+
+def _alone_and_batched_vs_full_forward(model, tok, prompts, *, max_new_tokens: int, seed: int) -> list[np.ndarray]:
+    """Samples each prompt alone (the batch-1 path) and all together; every completion's raw log-probs must equal
+    a full forward's within 1e-4. Returns those reference log-probs."""
     sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
-    params = SamplingParams(max_new_tokens=16, temperature=1.0, seed=4)
-    alone = [sampler.generate([p], params)[0] for p in PROMPTS[:2]]
-    for c in alone + sampler.generate(PROMPTS[:2], params):
+    params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)
+    alone = [sampler.generate([p], params)[0] for p in prompts]
+    wants = []
+    for c in alone + sampler.generate(prompts, params):
         logits = full_logits(model, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
-        want = log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids]
-        np.testing.assert_allclose(c.raw_logprobs, want, atol=1e-4)
+        wants.append(log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids])
+        np.testing.assert_allclose(c.raw_logprobs, wants[-1], atol=1e-4)
+    return wants
