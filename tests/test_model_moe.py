@@ -130,8 +130,7 @@ def test_cache_and_single_token_decode_paths(pair) -> None:
         outs.append(np.asarray(step))
     assert float(np.abs(np.concatenate(outs, axis=1) - ref).max()) <= TOL
 
-    shape = (b, cfg.num_kv_heads, t, cfg.head_dim)
-    dcache = DecodeCache(k=[jnp.zeros(shape)] * cfg.num_layers, v=[jnp.zeros(shape)] * cfg.num_layers)
+    dcache = DecodeCache.zeros(cfg, b, t)
     step_fn = nnx.jit(lambda m, tok, pos, c, slot: forward_one(m, tok, pos, c, slot, jnp.zeros((b,), jnp.int32)))
     rows = []
     for i in range(t):

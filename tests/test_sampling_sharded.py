@@ -54,8 +54,7 @@ def _worker() -> None:
                 sampler._put(np.zeros((8,), np.int32), ("batch",)),
                 64,
             )
-            res["cache_shard_shape"] = list(cache.k[0].addressable_shards[0].data.shape)
-            res["cache_spec"] = [str(a) for a in cache.k[0].sharding.spec]
+            res["cache_shard_shape"] = [list(x[0].addressable_shards[0].data.shape) for x in (cache.k, cache.v)]
         out[name] = res
     print(json.dumps(out))
 
@@ -71,5 +70,6 @@ def test_sharded_sampler_matches_unsharded():
         assert sh[label]["tokens"] == ref[label]["tokens"], label
         for a, b in zip(sh[label]["raw"], ref[label]["raw"]):
             np.testing.assert_allclose(a, b, atol=1e-4)
-    # cache [B, kv_heads, S, D] = [8, 2, 64, 16]: batch split 4 ways (data x fsdp), kv heads 2 ways (tensor)
-    assert sh["cache_shard_shape"] == [2, 1, 64, 16], sh
+    # keys [B, kv_heads, D, S] = [8, 2, 16, 64], values [B, kv_heads, S, D]: batch split 4 ways (data x fsdp),
+    # kv heads 2 ways (tensor)
+    assert sh["cache_shard_shape"] == [[2, 1, 16, 64], [2, 1, 64, 16]], sh

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 
 from spade_jax.model.sharding import constrain
 from spade_jax.model.transformer import KVCache
-from spade_jax.sampling.decode import CACHE_AXES, DecodeCache
+from spade_jax.sampling.decode import K_AXES, V_AXES, DecodeCache
 
 SCORE_BUDGET = 64 * 2**20  # float32 attention scores per chunk (256 MiB)
 
@@ -52,10 +52,8 @@ def prefill(model, tokens: jax.Array, pad_len: jax.Array, *, cache_len: int) -> 
     hidden, cache = run((n - 1) * c, cache)
     logits = model.logits(hidden[:, -1])
 
-    def convert(x):  # [B, P, K, D] -> [B, K, cache_len, D]
-        x = jnp.pad(x.transpose(0, 2, 1, 3), ((0, 0), (0, 0), (0, cache_len - p), (0, 0)))
-        return constrain(x, CACHE_AXES)
-
-    return constrain(logits, ("batch", "vocab")), DecodeCache(
-        k=[convert(x) for x in cache.k], v=[convert(x) for x in cache.v]
-    )
+    n = cache_len - p  # [B, P, K, D] -> keys [B, K, D, cache_len], values [B, K, cache_len, D]
+    kpad, vpad = ((0, 0),) * 3 + ((0, n),), ((0, 0), (0, 0), (0, n), (0, 0))
+    k = [constrain(jnp.pad(x.transpose(0, 2, 3, 1), kpad), K_AXES) for x in cache.k]
+    v = [constrain(jnp.pad(x.transpose(0, 2, 1, 3), vpad), V_AXES) for x in cache.v]
+    return constrain(logits, ("batch", "vocab")), DecodeCache(k=k, v=v)
