@@ -155,7 +155,10 @@ def main() -> int:
         return 0
 
     bw = copy_bandwidth()
-    print(f"copy bandwidth (read+write): {bw / 1e9:.1f} GB/s, {os.cpu_count()} CPUs", flush=True)
+    from spade_jax import malloc
+
+    kind = "heap-keeping GLIBC_TUNABLES" if malloc.applied() else "system default"
+    print(f"copy bandwidth (read+write): {bw / 1e9:.1f} GB/s, {os.cpu_count()} CPUs, malloc: {kind}", flush=True)
     results = []
     if not args.skip_hf:
         results.append(spawn("hf", args))
@@ -204,4 +207,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from spade_jax import malloc
+
+    malloc.reexec_with_tunables()  # both peers run with the same heap-keeping malloc settings (see the module)
     sys.exit(main())

@@ -9,6 +9,8 @@ import argparse
 import importlib
 import sys
 
+from spade_jax import malloc
+
 # command name -> module (relative to spade_jax.cli) that registers it.
 COMMANDS: dict[str, str] = {
     "sample": "sample",
@@ -40,6 +42,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    if argv is None:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.malloc)
+        malloc.reexec_with_tunables()
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
