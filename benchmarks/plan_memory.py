@@ -248,7 +248,8 @@ def tables(plans: list[Plan]) -> str:
         )
     out += [
         "",
-        "**Sampler KV cache** (bf16, the sampler's [batch, kv_heads, length, head_dim] layout, batch split over the "
+        "**Sampler KV cache** (bf16, the sampler's layout: values [batch, kv_heads, length, head_dim], keys "
+        "[batch, kv_heads, head_dim, length], batch split over the "
         "data/fsdp/expert axes). *Episodes that fit* counts agent episodes of full length per device beside the "
         "weights and optimizer state (90% of HBM usable); *waves* is how many rounds the step's episodes need.",
         "",
