@@ -25,15 +25,18 @@ def tunables_env(env: dict[str, str] | None = None) -> dict[str, str]:
     """A copy of env (default os.environ) whose GLIBC_TUNABLES also holds TUNABLES (the caller's own values
     for the same keys win)."""
     env = dict(os.environ if env is None else env)
-    have = dict(kv.split("=", 1) for kv in env.get("GLIBC_TUNABLES", "").split(":") if "=" in kv)
-    env["GLIBC_TUNABLES"] = ":".join(f"{k}={v}" for k, v in {**TUNABLES, **have}.items())
+    env["GLIBC_TUNABLES"] = ":".join(f"{k}={v}" for k, v in {**TUNABLES, **_tunables_of(env)}.items())
     return env
 
 
 def applied() -> bool:
     """Whether this process started with every TUNABLES key set (to our value or the caller's own)."""
-    have = {kv.split("=", 1)[0] for kv in os.environ.get("GLIBC_TUNABLES", "").split(":") if "=" in kv}
-    return set(TUNABLES) <= have
+    return set(TUNABLES) <= set(_tunables_of(os.environ))
+
+
+def _tunables_of(env) -> dict[str, str]:
+    """The key=value pairs of env's GLIBC_TUNABLES."""
+    return dict(kv.split("=", 1) for kv in env.get("GLIBC_TUNABLES", "").split(":") if "=" in kv)
 
 
 def reexec_with_tunables() -> None:
