@@ -44,11 +44,26 @@ class KVCache:
         return self.k[0].shape[1]
 
 
-def _linear(cfg: ModelConfig, din: int, dout: int, axes: tuple, rngs: nnx.Rngs, bias: bool = False) -> nnx.Linear:
+class Linear(nnx.Linear):
+    """nnx.Linear applied to the inputs flattened to 2-D [tokens, in].
+
+    With [B, T, in] inputs XLA:CPU gives the weight gradient a transposed copy of the [B*T, out] activation
+    gradient (a slow strided loop); flat, it is a plain matmul (the MLP backward ~20% faster). Elsewhere the
+    reshape is free.
+    """
+
+    def __call__(self, inputs: jax.Array) -> jax.Array:
+        if inputs.ndim <= 2:
+            return super().__call__(inputs)
+        out = super().__call__(inputs.reshape(-1, inputs.shape[-1]))
+        return out.reshape(*inputs.shape[:-1], out.shape[-1])
+
+
+def _linear(cfg: ModelConfig, din: int, dout: int, axes: tuple, rngs: nnx.Rngs, bias: bool = False) -> Linear:
     # bfloat16 weights with float32 compute: one bfloat16 matmul accumulating in float32 (the input rounded to
     # bfloat16), not an upcast copy of the weights on every call
     mixed = cfg.jnp_param_dtype == jnp.bfloat16 and cfg.jnp_dtype == jnp.float32
-    return nnx.Linear(
+    return Linear(
         din,
         dout,
         use_bias=bias,
@@ -280,7 +295,9 @@ class Transformer(nnx.Module):
             w = self.embed_tokens.embedding[...]
             if w.dtype == jnp.bfloat16:  # as the Linears: a bfloat16 matmul accumulating in float32
                 hidden = hidden.astype(w.dtype)
-            logits = jnp.einsum("...e,ve->...v", hidden, w.astype(hidden.dtype), preferred_element_type=jnp.float32)
+            flat = hidden.reshape(-1, hidden.shape[-1])  # 2-D, as in `Linear`
+            logits = jnp.einsum("te,ve->tv", flat, w.astype(hidden.dtype), preferred_element_type=jnp.float32)
+            logits = logits.reshape(*hidden.shape[:-1], logits.shape[-1])
         else:
             logits = self.lm_head(hidden).astype(jnp.float32)
         if logits.ndim == 3:
