@@ -77,6 +77,7 @@ def host():
     home_secret.write_text(f"TOP-SECRET-{tag}")
     watched = [
         REPO / "spade_jax" / "envs" / "worker.py",
+        REPO / "spade_jax" / "envs" / "episode.py",
         REPO / "pyproject.toml",
         os.path.realpath(shutil.which("python3") or "/usr/bin/python3"),
     ]

@@ -1,4 +1,4 @@
-"""Framing between the host (`protocol.py`) and the worker's own copy (`worker.py`): both sides agree, and
+"""Framing between the host (`protocol.py`) and the sandbox side's own copy (`episode.py`): both sides agree, and
 every read or write is bounded in time and size."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from spade_jax.envs import protocol, worker
+from spade_jax.envs import episode, protocol, worker
 
 
 @pytest.fixture
@@ -27,14 +27,14 @@ def test_host_frames_parse_in_worker(pipe):
     r, w = pipe
     msg = {"op": "call", "method": "step", "args": ["\\boxed{ü}", None, 1.5, [1, {"a": True}]]}
     os.write(w, protocol.encode(msg))
-    raw = worker.recv_raw(r, 1 << 20, time.monotonic() + 1)
+    raw = episode.recv_raw(r, 1 << 20, time.monotonic() + 1)
     assert raw is not None and __import__("json").loads(raw) == msg
 
 
 def test_worker_frames_parse_on_host(pipe):
     r, w = pipe
     reply = {"ok": True, "value": ["obs", 1.0, False, True, {"k": [1, 2]}]}
-    worker.send(w, reply)
+    episode.send(w, reply)
     assert protocol.FrameReader(r).read(time.monotonic() + 1, 1 << 20) == reply
 
 
@@ -122,11 +122,11 @@ def test_worker_recv_enforces_limit_and_deadline(pipe):
     r, w = pipe
     os.write(w, protocol.encode("z" * 100))
     with pytest.raises(ValueError):
-        worker.recv_raw(r, 50)
+        episode.recv_raw(r, 50)
     r2, w2 = os.pipe()
     try:
         with pytest.raises(TimeoutError):
-            worker.recv_raw(r2, 50, time.monotonic() + 0.1)
+            episode.recv_raw(r2, 50, time.monotonic() + 0.1)
     finally:
         os.close(r2)
         os.close(w2)

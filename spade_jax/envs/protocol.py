@@ -1,8 +1,8 @@
 """Host side of the worker channel: length-prefixed JSON frames over pipes, with deadlines and size caps.
 
-A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON. The worker
-(`spade_jax.envs.worker`, which may import nothing of ours) carries its own copy of the few framing
-lines; `tests/test_pool_protocol.py` checks that both sides agree. Every read has a deadline and a
+A frame is a 4-byte big-endian length followed by that many bytes of UTF-8 JSON. The sandbox side
+(`spade_jax.envs.episode`, stdlib only, which may import nothing of ours) carries its own copy of the few
+framing lines; `tests/test_pool_protocol.py` checks that both sides agree. Every read has a deadline and a
 byte cap so a hung or hostile worker can only cost the host one call's timeout.
 """
 

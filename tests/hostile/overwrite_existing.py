@@ -12,7 +12,8 @@ class OverwriteExisting:
 
     def step(self, action):
         out = []
-        targets = [self.ctx["victim_file"], "/opt/spade/spade_jax/envs/worker.py", "/usr/bin/python3"]
+        envs = "/opt/spade/spade_jax/envs"
+        targets = [self.ctx["victim_file"], f"{envs}/worker.py", f"{envs}/episode.py", "/usr/bin/python3"]
         for path in targets:
             for how in ("w", "a"):
                 try:
