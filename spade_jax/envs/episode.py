@@ -29,10 +29,10 @@ _isinstance, _len = isinstance, len  # environment code may replace the builtins
 def send(fd: int, obj: object, _dumps=json.dumps) -> None:
     """Writes one frame (blocking)."""
     data = _dumps(obj, separators=(",", ":"), allow_nan=False).encode()
-    _write_all(fd, HEADER.pack(_len(data)) + data)
+    write_all(fd, HEADER.pack(_len(data)) + data)
 
 
-def _write_all(fd: int, data: bytes, _write=os.write) -> None:
+def write_all(fd: int, data: bytes, _write=os.write) -> None:
     view = memoryview(data)
     while view:
         view = view[_write(fd, view) :]
@@ -97,7 +97,7 @@ class Episode:
                 os._exit(0)
             msg = self.loads(raw)
             reply = self.handle(msg)
-            self.send(wfd, reply) if _isinstance(reply, dict) else _write_all(wfd, reply)
+            self.send(wfd, reply) if _isinstance(reply, dict) else write_all(wfd, reply)
 
     def handle(self, msg: dict):
         what = msg.get("method", "load") + "()"

@@ -27,7 +27,7 @@ import signal
 import sys
 import time
 
-from spade_jax.envs.episode import HEADER, Episode, _write_all, fail, recv_raw, send
+from spade_jax.envs.episode import HEADER, Episode, fail, recv_raw, send, write_all
 
 ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
 PRELOAD = (
@@ -254,7 +254,7 @@ class Zygote:
         limit = float(msg.get("timeout") or self.cfg["call_timeout_s"])
         deadline = time.monotonic() + limit
         try:
-            _write_all(to_fd, HEADER.pack(len(msg["_raw"])) + msg["_raw"])
+            write_all(to_fd, HEADER.pack(len(msg["_raw"])) + msg["_raw"])
             if load and len(self.uids) > 1 and self.spare is None:
                 self.cleanup()  # the previous session's uid, before a new process gets it
                 self.spare = self.fork_episode(self.other_uid())  # while the child loads
@@ -307,7 +307,7 @@ class Zygote:
                 reply = {"ok": True, "value": _facts(self.cfg)}
             else:
                 reply = fail("exception", f"unknown request {op!r}")
-            send(self.wfd, reply) if isinstance(reply, dict) else _write_all(self.wfd, HEADER.pack(len(reply)) + reply)
+            send(self.wfd, reply) if isinstance(reply, dict) else write_all(self.wfd, HEADER.pack(len(reply)) + reply)
 
 
 def _check_reply(body: bytes) -> str:
