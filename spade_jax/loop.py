@@ -23,8 +23,8 @@ from spade_jax.checkpoint import Checkpointer
 from spade_jax.metrics import MetricsLogger
 from spade_jax.report import write_report
 from spade_jax.rl.advantages import group_advantages, group_stats
-from spade_jax.rl.batch import Sample, pack_sequences
-from spade_jax.run_config import RunConfig
+from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, Sample, pack_sequences
+from spade_jax.run_config import LoopConfig, RunConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
 from spade_jax.selfplay.memory import EnvRecord, Memory
@@ -99,7 +99,7 @@ def _mesh_shape(spec: str) -> dict[str, int]:
 def play_step(parts: Parts, step: int) -> SelfPlayBatch:
     """The self-play half of a step: the full designer cycle, or a draw from a fixed pool (baselines)."""
     if not parts.fixed_pool:
-        return parts.selfplay.step(step)
+        return parts.selfplay.step(step, final=step + 1 == parts.cfg.loop.steps)
     rng = random.Random(f"{parts.cfg.loop.seed}:{step}")
     chosen = rng.sample(parts.fixed_pool, min(parts.cfg.loop.pool_envs_per_step, len(parts.fixed_pool)))
     envs = []
@@ -110,27 +110,35 @@ def play_step(parts: Parts, step: int) -> SelfPlayBatch:
                                                 name=spec.name, origin="pool", verdict_valid=True,
                                                 verdict_gate="pool", step=step))  # fmt: skip
         envs.append(PlayableEnv(env_id, spec.source, spec.kind, spec.skill))
-    parts.selfplay.attach_hints(envs, step)
-    return parts.selfplay.measure(envs, step)
+    return parts.selfplay.play_fixed(envs, step)
 
 
-def to_train_samples(batch: SelfPlayBatch, role_norm: str = "std") -> tuple[list[Sample], dict[str, float]]:
-    """Rewards -> group-centred advantages -> learner samples; drops groups that carry no signal."""
+def to_train_samples(batch: SelfPlayBatch, loop: LoopConfig = LoopConfig()) -> tuple[list[Sample], dict[str, float]]:
+    """Rewards -> group advantages (the agent's z-scored per group, the designer's centred per skill and round
+    and scaled) -> learner samples; samples whose advantage is 0 carry no signal and are dropped (counted)."""
     samples = batch.samples
     if not samples:
         return [], {}
     rewards = [s.reward for s in samples]
     groups = [s.group_id for s in samples]
     roles = [s.role_id for s in samples]
-    adv = group_advantages(rewards, groups, roles=roles, role_norm=role_norm)
+    adv = group_advantages(rewards, groups, roles=roles, role_norm=loop.role_norm,
+                           std_roles=(AGENT,) if loop.agent_group_std else (),
+                           role_scale={DESIGNER: batch.designer_scale})  # fmt: skip
     out = [
-        # The importance weight corrects sampler-vs-learner numerics, so it uses the raw-model log-probs.
+        # The importance weight corrects sampler-vs-learner numerics (and, for the designer's delayed samples,
+        # the policy versions since sampling), so it uses the raw-model log-probs.
         Sample(s.prompt_ids, s.completion_ids, s.completion_mask, s.raw_logprobs or s.logprobs, float(a), s.role_id)
         for s, a in zip(samples, adv)
         if a != 0.0
     ]
     stats = {f"train/{k}": v for k, v in group_stats(rewards, groups).items()}
     stats["train/samples"] = float(len(out))
+    for role, name in ROLE_NAMES.items():
+        made = sum(r == role for r in roles)
+        kept = sum(s.role == role for s in out)
+        stats[f"train/{name}_samples"] = float(kept)
+        stats[f"train/{name}_dropped_frac"] = (made - kept) / made if made else 0.0
     return out, stats
 
 
@@ -176,7 +184,7 @@ def _restore(parts: Parts, ckpt: Checkpointer) -> int:
 
 def train_on(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
     """One learner step on a self-play batch (skipped when no group carries signal)."""
-    samples, stats = to_train_samples(batch)
+    samples, stats = to_train_samples(batch, parts.cfg.loop)
     if not samples:
         return {**stats, "train/skipped": 1.0}
     t0 = time.perf_counter()

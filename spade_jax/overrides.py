@@ -80,7 +80,12 @@ def set_key(cfg: Any, key: str, value: str, _prefix: str = "") -> Any:
         raise ConfigError(f"{full} is a section; set one of its keys, e.g. {full}.<name>=...")
     else:
         new = _parse(value, get_type_hints(type(cfg))[head], full)
-    return dataclasses.replace(cfg, **{head: new})
+    try:  # the section's own validation (__post_init__) runs on the new value
+        return dataclasses.replace(cfg, **{head: new})
+    except ConfigError:
+        raise
+    except ValueError as e:
+        raise ConfigError(f"{_prefix + key}={value!r}: {e}") from None
 
 
 def apply_overrides(cfg: Any, overrides: list[str]) -> Any:

@@ -39,6 +39,12 @@ class LoopConfig:
     keep_checkpoints: int = 2
     async_checkpoints: bool = True
     seed: int = 0
+    agent_group_std: bool = True  # agent advantages z-scored within each group (the reference's "grpo")
+    role_norm: str = "none"  # none | std: also divide each role's advantages by its std over the batch
+
+    def __post_init__(self) -> None:
+        if self.role_norm not in ("none", "std"):
+            raise ValueError(f"loop.role_norm={self.role_norm!r}; expected 'none' or 'std'")
 
 
 @dataclass
@@ -86,8 +92,9 @@ def _demo() -> RunConfig:
             plays_per_condition=4,
             envs_per_step=2,
             regen_interval=2,
-            designer_train_start=2,
-            designer=DesignerConfig(max_new_tokens=1024, context_len=4096, max_repairs=0),  # seeds: 600-1200 tokens
+            designer_delay=2,
+            skills_per_regen=1,
+            designer=DesignerConfig(max_new_tokens=1024, context_len=4096, max_resamples=0),  # seeds: 600-1200 tokens
             hints=HintConfig(max_new_tokens=64),
             rollout=RolloutConfig(max_turns=3, max_episode_tokens=1536, max_new_tokens_per_turn=48),
             corpus=CorpusConfig(max_doc_tokens=256),
@@ -108,8 +115,8 @@ def _tiny() -> RunConfig:
             plays_per_condition=2,
             envs_per_step=1,
             regen_interval=2,
-            designer_train_start=1,
-            designer=DesignerConfig(max_new_tokens=32, context_len=4096, max_repairs=0),
+            designer_delay=1,
+            designer=DesignerConfig(max_new_tokens=32, context_len=4096, max_resamples=0),
             hints=HintConfig(source="env", max_new_tokens=16),
             rollout=RolloutConfig(max_turns=2, max_episode_tokens=1024, max_new_tokens_per_turn=16),
             corpus=CorpusConfig(max_doc_tokens=64),
@@ -150,7 +157,7 @@ def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str 
             raise ConfigError(f"config file not found: {path}")
         try:
             cfg = RunConfig.from_json(path.read_text())
-        except (json.JSONDecodeError, TypeError) as e:
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise ConfigError(f"config file {path} is not a valid run config: {e}") from None
     elif preset in RUN_PRESETS:
         cfg = RUN_PRESETS[preset]()

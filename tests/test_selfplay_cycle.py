@@ -38,7 +38,7 @@ def _binary_or_random(req) -> str:
 
 
 def _selfplay(tokenizer, pool, tmp_path=None, **changes) -> SelfPlay:
-    cfg = SelfPlayConfig(plays_per_condition=6, envs_per_step=1, designer_train_start=0,
+    cfg = SelfPlayConfig(plays_per_condition=6, envs_per_step=1, designer_delay=0,
                          corpus=CorpusConfig(max_doc_tokens=64), designer=DesignerConfig(context_len=4096),
                          rollout=RolloutConfig(max_turns=8), **changes)  # fmt: skip
     return SelfPlay(cfg, sampler=None, tokenizer=tokenizer, pool=pool, run_dir=tmp_path,

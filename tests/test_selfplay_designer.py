@@ -52,7 +52,7 @@ POOL_WORKERS = 2  # for the `pool` fixture in conftest.py
 def test_valid_design_archived_and_same_batch_copy_rejected(pool, tokenizer):
     mem = Memory()
     replay = Replay(tokenizer, [GOOD, GOOD])
-    designer = Designer(replay, tokenizer, pool, mem, DesignerConfig(max_new_tokens=512, max_repairs=0))
+    designer = Designer(replay, tokenizer, pool, mem, DesignerConfig(max_new_tokens=512, max_resamples=0))
     results = designer.design([DesignTarget("game", "logical deduction")] * 2, step=5)
     first, second = results
     assert first.valid and first.attempts[0].verdict.gate == "novelty", str(first.attempts[0].verdict)
@@ -66,7 +66,8 @@ def test_valid_design_archived_and_same_batch_copy_rejected(pool, tokenizer):
 def test_repair_gets_the_reason_and_is_recorded(pool, tokenizer):
     mem = Memory()
     replay = Replay(tokenizer, [BROKEN, GOOD])
-    designer = Designer(replay, tokenizer, pool, mem, DesignerConfig(max_new_tokens=512, max_repairs=2))
+    cfg = DesignerConfig(max_new_tokens=512, on_invalid="repair", max_repairs=2)
+    designer = Designer(replay, tokenizer, pool, mem, cfg)
     (res,) = designer.design([DesignTarget("game", "logical deduction")], step=1)
     assert [a.valid for a in res.attempts] == [False, True] and res.valid  # stops once valid
     bad = res.attempts[0].verdict
@@ -76,6 +77,24 @@ def test_repair_gets_the_reason_and_is_recorded(pool, tokenizer):
     rows = mem.attempts()
     assert [r.status for r in rows] == ["invalid", "valid"] and rows[1].parent_id == rows[0].id
     assert rows[1].attempt == 1
+    assert res.trainable(cfg) == res.attempts  # repair mode trains every attempt (the invalid one at reward 0)
+
+
+def test_resample_draws_again_from_the_same_prompt_and_trains_only_valid(pool, tokenizer):
+    """The reference's way (defect 10 of issue 16): a failed design is drawn again, without feedback, and only
+    valid designs reach the learner."""
+    mem = Memory()
+    replay = Replay(tokenizer, [BROKEN, BROKEN, GOOD, GOOD])
+    cfg = DesignerConfig(max_new_tokens=512, max_resamples=4)
+    assert cfg.on_invalid == "resample" and cfg.max_attempts == 5
+    designer = Designer(replay, tokenizer, pool, mem, cfg)
+    (res,) = designer.design([DesignTarget("game", "logical deduction")], step=1)
+    assert [a.valid for a in res.attempts] == [False, False, True] and res.valid
+    assert replay.prompts[0] == replay.prompts[1] == replay.prompts[2]  # no repair conversation
+    assert res.trainable(cfg) == [res.attempts[-1]]
+    assert [r.parent_id for r in mem.attempts()] == [None, None, None]
+    with pytest.raises(ValueError, match="on_invalid"):
+        DesignerConfig(on_invalid="retry")
 
 
 def test_prompt_budget_drops_exemplars_then_trims_document(tokenizer):

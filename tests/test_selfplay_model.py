@@ -88,10 +88,11 @@ def test_selfplay_step_end_to_end(pool, smollm, tmp_path):
 
     model, tok, sampler = smollm
     cfg = SelfPlayConfig(
-        plays_per_condition=1, envs_per_step=1, designer_train_start=0, kinds=("game",),
+        plays_per_condition=1, envs_per_step=1, designer_delay=0, kinds=("game",),
         corpus=CorpusConfig(max_doc_tokens=64),
         memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=600),
-        designer=DesignerConfig(max_new_tokens=32, context_len=CONTEXT, max_repairs=0),
+        # repair mode trains the (invalid) first attempt at reward 0; resample mode would train none
+        designer=DesignerConfig(max_new_tokens=32, context_len=CONTEXT, on_invalid="repair", max_repairs=0),
         hints=HintConfig(max_new_tokens=24),
         rollout=RolloutConfig(max_turns=2, max_new_tokens_per_turn=12, max_episode_tokens=1024),
     )  # fmt: skip
@@ -108,7 +109,7 @@ def test_selfplay_step_end_to_end(pool, smollm, tmp_path):
     assert CONTRACT_TEXT.strip()[:300] in prompt and d.meta["skill"] in prompt
     assert "<document>" in prompt and "### Example 1" in prompt
     assert 0 < len(d.completion_ids) <= 32 and all(x <= 0 for x in d.logprobs)
-    assert d.group_id == f"designer/0/{d.meta['skill']}"
+    assert d.group_id == f"designer/0/game/{d.meta['skill']}"
     # its verdict is recorded in the memory (a 32-token design cannot pass the gates)
     row = sp.memory.get(d.meta["record_id"])
     assert row is not None and row.step == 0 and row.verdict_gate == d.meta["gate"] and row.verdict_reason

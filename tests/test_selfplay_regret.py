@@ -72,5 +72,5 @@ def test_learning_progress_by_hand():
     restored = LearningProgress()
     restored.set_state(lp.get_state())
     assert restored.baseline("logic") == lp.baseline("logic")
-    with pytest.raises(ValueError, match="unknown designer reward kind"):
-        designer_reward(st, RewardConfig(kind="nope"))
+    with pytest.raises(ValueError, match="reward.kind='nope'"):  # refused when the config is built
+        RewardConfig(kind="nope")

@@ -3,8 +3,8 @@
 Every sample is (prompt ids, completion ids, completion mask, sampler log-probs per completion token, reward,
 group id, role). The mask is 1 exactly on tokens the policy generated; agent completions interleave the
 environment's observations (mask 0). Groups are what advantages are centred within: the K plays of one
-environment in one condition for the agent, the designs of one skill in one step for the designer (as in
-the reference, which centres designer rewards per skill).
+environment in one condition at one step for the agent, the designs of one (kind, skill) in one design round
+for the designer (as in the reference, which centres designer rewards per skill over the round).
 """
 
 from __future__ import annotations
@@ -75,6 +75,7 @@ class SelfPlayBatch:
     samples: list[SelfPlaySample] = field(default_factory=list)
     stats: dict[str, float] = field(default_factory=dict)
     envs: list[dict[str, Any]] = field(default_factory=list)
+    designer_scale: float = 1.0  # factor on the designer's centred rewards (the reference's env_reward_scale)
 
     def by_role(self, role: str) -> list[SelfPlaySample]:
         return [s for s in self.samples if s.role == role]

@@ -49,19 +49,41 @@ class MemoryConfig:
     seed: int = 0
 
 
+ON_INVALID = ("resample", "repair")
+
+
 @dataclass
 class DesignerConfig:
-    """Designer generation: budget, sampling, repair attempts."""
+    """Designer generation: budget, sampling, and what happens to a design that fails a gate.
+
+    `on_invalid="resample"` (the reference's): draw a fresh design from the same prompt, up to `max_resamples`
+    more times, and train only valid designs. `"repair"`: show the model the failing gate's reason, up to
+    `max_repairs` times, and train the attempts (`train_on_repairs`: all of them, else the first), invalid ones
+    at reward 0.
+    """
 
     max_new_tokens: int = 16384
     temperature: float = 0.6
     top_p: float = 1.0
+    on_invalid: str = "resample"
+    max_resamples: int = 4
     max_repairs: int = 1
     context_len: int = 32768
     min_doc_tokens: int = 256
     use_corpus: bool = True
     use_memory: bool = True
     train_on_repairs: bool = True
+
+    def __post_init__(self) -> None:
+        if self.on_invalid not in ON_INVALID:
+            raise ValueError(f"designer.on_invalid={self.on_invalid!r}; expected one of {ON_INVALID}")
+        if self.max_resamples < 0 or self.max_repairs < 0:
+            raise ValueError("designer.max_resamples and designer.max_repairs must be >= 0")
+
+    @property
+    def max_attempts(self) -> int:
+        """Generations per target, the first included."""
+        return 1 + (self.max_resamples if self.on_invalid == "resample" else self.max_repairs)
 
 
 @dataclass
@@ -92,6 +114,9 @@ class RolloutConfig:
     tool_stop_strings: tuple[str, ...] = ("</tool_call>", "</answer>")
 
 
+REWARD_KINDS = ("blend", "regret", "solve_band", "learning_progress")
+
+
 @dataclass
 class RewardConfig:
     """Designer reward: 'blend' (paper), 'regret', 'solve_band' or 'learning_progress'."""
@@ -103,23 +128,42 @@ class RewardConfig:
     plateau_lo: float = 0.4
     plateau_hi: float = 0.6
     plateau_ramp: float = 0.25
-    lp_gamma_fast: float = 0.99
-    lp_gamma_slow: float = 0.95
+    lp_gamma_fast: float = 0.98
+    lp_gamma_slow: float = 0.85
     min_plays_fraction: float = 0.5
     timeout_reward: float = -0.5
+
+    def __post_init__(self) -> None:
+        if self.kind not in REWARD_KINDS:
+            raise ValueError(f"reward.kind={self.kind!r}; expected one of {REWARD_KINDS}")
+        if not 0.0 <= self.lp_gamma_slow < self.lp_gamma_fast <= 1.0:
+            raise ValueError("reward: need 0 <= lp_gamma_slow < lp_gamma_fast <= 1")
 
 
 @dataclass
 class SelfPlayConfig:
-    """Everything the self-play half needs; `plays_per_condition` = K hinted and K unhinted plays per env."""
+    """Everything the self-play half needs; `plays_per_condition` = K hinted and K unhinted plays per env.
+
+    Designs are made every `regen_interval` steps (a round). `skills_per_regen` skills are active per round
+    (rotating round-robin over the configured (kind, skill) pairs, 0 = all) and the round's designs are
+    assigned to them in turn, so each skill gets several designs to be compared with. The hinted plays run
+    at the round's first step; the unhinted plays run every step. Designs made at step K are trained at step
+    K + `designer_delay` (0 = the same step) on the reward measured over the plays of that window, centred
+    per skill over the round and scaled by `designer_reward_scale` (0 = the reference's automatic scale,
+    agent samples / designer samples * regen_interval, at most `designer_reward_scale_max`).
+    """
 
     plays_per_condition: int = 16
     envs_per_step: int = 24
     kinds: tuple[str, ...] = ("game",)
     skills: tuple[str, ...] | None = None
+    skills_per_regen: int = 3
     train_agent_on_hinted: bool = False
     regen_interval: int = 4
-    designer_train_start: int = 4
+    designer_delay: int = 4
+    train_designer: bool = True
+    designer_reward_scale: float = 0.0
+    designer_reward_scale_max: float = 50.0
     fill_from_archive: bool = True
     seed: int = 0
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
@@ -137,10 +181,16 @@ class SelfPlayConfig:
             envs_per_step=2,
             corpus=CorpusConfig(max_doc_tokens=512),
             memory=MemoryConfig(n_positive=1, n_negative=1, exemplar_max_chars=2500),
-            designer=DesignerConfig(max_new_tokens=768, context_len=4096, max_repairs=1),
+            designer=DesignerConfig(max_new_tokens=768, context_len=4096, max_resamples=1),
             hints=HintConfig(max_new_tokens=96),
             rollout=RolloutConfig(max_turns=6, max_episode_tokens=2048, max_new_tokens_per_turn=96),
         )
+
+    def __post_init__(self) -> None:
+        if self.regen_interval < 1 or self.designer_delay < 0 or self.skills_per_regen < 0:
+            raise ValueError("regen_interval must be >= 1, designer_delay and skills_per_regen >= 0")
+        if self.designer_reward_scale < 0:
+            raise ValueError("designer_reward_scale must be >= 0 (0: automatic)")
 
     def replace(self, **changes) -> SelfPlayConfig:
         """Copy with top-level fields changed."""

@@ -1,16 +1,21 @@
-"""One self-play step, everything but the gradient: design (every `regen_interval` steps), hints, K hinted +
-K unhinted plays per environment, regret, designer rewards, memory update, and the `SelfPlayBatch`.
+"""One self-play step, everything but the gradient: design (every `regen_interval` steps, skills round-robin),
+hints, plays, the design rounds' windows, designer rewards, memory updates, and the `SelfPlayBatch`.
 
-Hinted and unhinted plays of an environment use the same reset seeds (play k of both conditions sees the same
-episode), which removes the seed variance from the regret. When too few designs are valid (a small model
-early on), the step is filled with environments from the archive so the agent always has something to play.
+At a round's first step each environment is played K times with its hint and K times without; at the
+round's other steps K times without. Play k of both conditions uses the same reset seed, which removes the
+seed variance from the regret. An environment whose step() hangs is the designer's fault: the hung episode
+is discarded (never trained), the environment is retired for the rest of its round and its design earns the
+timeout reward. A round's designs are trained `designer_delay` steps later on the window's measurements
+(window.py). When too few designs are valid (a small model early on), the step is filled with environments
+from the archive so the agent always has something to play.
 """
 
 from __future__ import annotations
 
 import hashlib
 import random
-from collections import Counter, defaultdict
+from collections import Counter
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -23,8 +28,9 @@ from spade_jax.selfplay.corpus import Corpus
 from spade_jax.selfplay.designer import Designer, DesignResult, DesignTarget
 from spade_jax.selfplay.hints import HintWriter, defines_hint
 from spade_jax.selfplay.memory import Memory
-from spade_jax.selfplay.regret import LearningProgress, RegretStats, designer_reward, measure_regret
+from spade_jax.selfplay.regret import LearningProgress
 from spade_jax.selfplay.rollouts import HINT, NO_HINT, EpisodeSpec, ModelPolicy, Policy, RolloutEngine, RolloutResult
+from spade_jax.selfplay.window import DesignSample, EnvWindow, Round, RoundScore, score_round, window_stats
 
 __all__ = ["PlayableEnv", "SelfPlay", "episode_seed"]
 
@@ -88,20 +94,30 @@ class SelfPlay:
         self.progress = LearningProgress(config.reward.lp_gamma_fast, config.reward.lp_gamma_slow)
         self.rng = random.Random(config.seed)
         self.current: list[PlayableEnv] = []
+        self.rounds: list[Round] = []
+        self.design_rounds = 0
 
     # ----------------------------------------------------------------------------------- designing
     def targets(self, n: int) -> list[DesignTarget]:
-        """n (kind, skill) targets, skills cycling in a seeded random order."""
-        out = []
-        for _ in range(n):
-            kind = self.rng.choice(list(self.config.kinds))
-            pool = self.config.skills or (TOOL_DOMAINS if kind == "tool" else SKILLS)
-            out.append(DesignTarget(kind, self.rng.choice(list(pool))))
-        return out
+        """n (kind, skill) targets for the next design round.
+
+        `skills_per_regen` (kind, skill) pairs are active per round, the window advancing round-robin over
+        all configured pairs from one round to the next; targets are dealt to the active pairs in turn. At
+        most n // 2 pairs are active, so every skill gets at least two designs to be centred against.
+        """
+        pairs = [(kind, skill) for kind in self.config.kinds
+                 for skill in (self.config.skills or (TOOL_DOMAINS if kind == "tool" else SKILLS))]  # fmt: skip
+        k = self.config.skills_per_regen or len(pairs)
+        k = max(1, min(k, len(pairs), n // 2))
+        start = (self.design_rounds * k) % len(pairs)
+        active = [pairs[(start + j) % len(pairs)] for j in range(k)]
+        return [DesignTarget(*active[i % k]) for i in range(n)]
 
     def design(self, step: int, n: int | None = None) -> list[DesignResult]:
         """Designs n environments (default envs_per_step); every attempt lands in the memory."""
-        return self.designer.design(self.targets(n or self.config.envs_per_step), step)
+        results = self.designer.design(self.targets(n or self.config.envs_per_step), step)
+        self.design_rounds += 1
+        return results
 
     def from_archive(self, n: int, exclude: set[str] = frozenset()) -> list[PlayableEnv]:
         """n archived environments (in-band ones first, then any), for steps with too few valid designs."""
@@ -126,111 +142,180 @@ class SelfPlay:
                 env.hint = hint or None
 
     # ------------------------------------------------------------------------------------ measuring
-    def play(self, envs: list[PlayableEnv], step: int, k: int | None = None) -> RolloutResult:
-        """K hinted and K unhinted episodes of every environment, all in one batched rollout."""
+    def play(self, envs: list[PlayableEnv], step: int, k: int | None = None, *, hinted: bool = True) -> RolloutResult:
+        """K unhinted (and, with `hinted`, K hinted) episodes of every environment, in one batched rollout."""
         k = k or self.config.plays_per_condition
         specs = []
         for env in envs:
-            for cond in (HINT, NO_HINT):
+            for cond in (HINT, NO_HINT) if hinted else (NO_HINT,):
                 for i in range(k):
                     specs.append(EpisodeSpec(env.env_id, env.source, episode_seed(env.env_id, step, i), cond,
                                              env.hint, env.env_hint, env.kind))  # fmt: skip
         return self.engine.run(specs)
 
-    def step(self, step: int) -> SelfPlayBatch:
-        """One full self-play step; returns the samples of both roles and the step's measurements."""
+    def step(self, step: int, *, final: bool = False) -> SelfPlayBatch:
+        """One full self-play step; returns the samples of both roles and the step's measurements.
+
+        `final` closes every open round, so the designs of the last rounds are trained too."""
         designs: list[DesignResult] = []
-        if not self.current or step % max(1, self.config.regen_interval) == 0:
+        if not self.current or step % self.config.regen_interval == 0:
             designs = self.design(step)
             envs = [PlayableEnv(d.env_id, d.source, d.target.kind, d.target.skill) for d in designs if d.valid]
             if self.config.fill_from_archive and len(envs) < self.config.envs_per_step:
                 envs += self.from_archive(self.config.envs_per_step - len(envs), {e.env_id for e in envs})
             self.current = envs
             self.attach_hints(self.current, step)
-        return self.measure(self.current, step, designs)
+            self.open_round(step, self.current, designs)
+        return self.measure(self.current, step, designs, final=final)
 
-    def measure(self, envs: list[PlayableEnv], step: int, designs: list[DesignResult] = ()) -> SelfPlayBatch:
-        """Plays `envs`, computes regret and rewards, updates the memory, and builds the batch."""
-        result = self.play(envs, step) if envs else RolloutResult(episodes=[])
-        per_env: dict[str, dict[str, list]] = defaultdict(lambda: {HINT: [], NO_HINT: []})
-        timeouts: Counter = Counter()
+    def play_fixed(self, envs: list[PlayableEnv], step: int) -> SelfPlayBatch:
+        """A step on given environments (fixed-pool baselines): hints, then a round of its own, scored at once."""
+        self.attach_hints(envs, step)
+        return self.measure(envs, step)
+
+    def open_round(self, step: int, envs: list[PlayableEnv], designs: Sequence[DesignResult]) -> Round:
+        """Starts the window of a regeneration step's environments and keeps its designs for training."""
+        rnd = Round(step, {e.env_id: EnvWindow(e.env_id, e.kind, e.skill) for e in envs})
+        for d in designs:
+            for a in d.trainable(self.config.designer):
+                rnd.samples.append(DesignSample(
+                    a.prompt_ids, a.completion_ids, a.logprobs, a.raw_logprobs, a.record_id, d.target.kind,
+                    d.target.skill, a.valid, a.attempt, a.verdict.gate,
+                ))  # fmt: skip
+        self.rounds.append(rnd)
+        return rnd
+
+    def measure(self, envs: list[PlayableEnv], step: int, designs: Sequence[DesignResult] = (), *,
+                final: bool = False) -> SelfPlayBatch:  # fmt: skip
+        """Plays `envs` (hinted too at their round's first step), records the plays in their round, retires
+        environments that hung, closes the rounds that are due, and builds the batch of both roles.
+
+        Environments outside the open round (fixed pools, evaluation of given environments) make a round of
+        their own that is scored at once."""
+        rnd = self.rounds[-1] if self.rounds else None
+        adhoc = None
+        if rnd is None or not all(e.env_id in rnd.envs for e in envs):
+            rnd = adhoc = self.open_round(step, envs, [])
+        result = self.play(envs, step, hinted=step == rnd.start) if envs else RolloutResult([])
+        hung = self._record(rnd, result, step)
+        self.current = [e for e in self.current if e.env_id not in hung]
+        batch = SelfPlayBatch(samples=self._agent_samples(result, step))
+        closing = [r for r in self.rounds if final or r is adhoc or r.due(step, self.config.designer_delay)]
+        self.rounds = [r for r in self.rounds if r not in closing]
+        scores: dict[str, RoundScore] = {}
+        for r in closing:
+            scores.update(self._close(r, batch, step))
+        n_agent = len(batch.samples) - len(batch.by_role("designer"))
+        batch.designer_scale = self.designer_scale(n_agent, len(batch.by_role("designer")))
+        batch.envs = [{"env_id": env_id, **_score_row(sc)} for env_id, sc in scores.items()]
+        batch.stats = self._stats(result, designs, scores, hung, batch)
+        return batch
+
+    def _record(self, rnd: Round, result: RolloutResult, step: int) -> set[str]:
+        """Adds a step's plays to the round's windows (and the running figures to the memory); returns the
+        environments that hung, which are retired from the rest of the round."""
+        offset = step - rnd.start
+        hung, played = set(), Counter()
         for ep in result.episodes:
+            env = rnd.envs.get(ep.env_id)
+            if env is None:
+                continue
             if ep.end_reason == "timeout":
-                timeouts[ep.env_id] += 1
-            if not ep.discarded:
-                per_env[ep.env_id][ep.condition].append(ep)
-        k = self.config.plays_per_condition
-        stats_by_env: dict[str, RegretStats] = {}
-        rewards_by_env: dict[str, float] = {}
-        rows = []
-        for env in envs:
-            h, u = per_env[env.env_id][HINT], per_env[env.env_id][NO_HINT]
-            st = measure_regret([e.episode_return for e in h], [e.episode_return for e in u],
-                                [e.won for e in h], [e.won for e in u], expected_plays=k,
-                                min_plays_fraction=self.config.reward.min_plays_fraction)  # fmt: skip
-            reward = designer_reward(st, self.config.reward, skill=env.skill, progress=self.progress)
-            if timeouts[env.env_id]:
-                reward = self.config.reward.timeout_reward
-            stats_by_env[env.env_id], rewards_by_env[env.env_id] = st, reward
-            if st.measured and self.memory.get(env.env_id) is not None:  # envs outside memory: not archived
-                self.memory.update_stats(env.env_id, win_rate_hint=st.win_rate_hint,
-                                         win_rate_no_hint=st.win_rate_no_hint, return_hint=st.return_hint,
-                                         return_no_hint=st.return_no_hint, regret=st.regret,
-                                         designer_reward=reward, plays=st.n_hint + st.n_no_hint)  # fmt: skip
-            rows.append({"env_id": env.env_id, "kind": env.kind, "skill": env.skill, "hint": env.hint,
-                         "env_hint": env.env_hint, "designer_reward": reward, "timeouts": timeouts[env.env_id],
-                         **asdict(st)})  # fmt: skip
-        by_skill: dict[str, list[float]] = defaultdict(list)
-        for env in envs:
-            if stats_by_env[env.env_id].measured:
-                by_skill[env.skill].append(stats_by_env[env.env_id].win_rate)
-        for skill, rates in by_skill.items():
-            self.progress.update(skill, sum(rates) / len(rates))
+                env.timeouts += 1
+                hung.add(ep.env_id)
+            if ep.discarded or ep.end_reason == "timeout":
+                continue
+            played[ep.env_id] += 1
+            if ep.condition == NO_HINT:
+                env.add_play(offset, ep.episode_return, ep.won)
+            elif not ep.hint:
+                env.hint_status = "missing"
+            elif getattr(ep, "hint_leaked", False):
+                env.hint_status = "leaked"
+            else:
+                env.hint_returns.append(ep.episode_return)
+                env.hint_wins.append(ep.won)
+        for env_id, n in played.items():
+            st = window_stats(rnd.envs[env_id], expected_plays=self.config.plays_per_condition,
+                              min_plays_fraction=self.config.reward.min_plays_fraction)  # fmt: skip
+            if st.measured and self.memory.get(env_id) is not None:  # envs outside memory: not archived
+                self.memory.update_stats(env_id, win_rate_hint=st.win_rate_hint, win_rate_no_hint=st.win_rate,
+                                         return_hint=st.return_hint, return_no_hint=st.return_no_hint,
+                                         regret=st.regret, plays=n)  # fmt: skip
+        return hung
 
-        batch = SelfPlayBatch(envs=rows)
+    def _agent_samples(self, result: RolloutResult, step: int) -> list[SelfPlaySample]:
+        """The agent role's samples: kept, finished plays (never those of an environment that hung)."""
+        out = []
         for ep in result.kept:
-            if ep.condition == HINT and not self.config.train_agent_on_hinted:
+            if ep.end_reason == "timeout" or (ep.condition == HINT and not self.config.train_agent_on_hinted):
                 continue
             if not ep.completion_ids or not ep.prompt_ids:
                 continue
-            batch.samples.append(SelfPlaySample(
+            out.append(SelfPlaySample(
                 "agent", ep.prompt_ids, ep.completion_ids, ep.completion_mask, ep.logprobs, ep.episode_return,
                 f"agent/{step}/{ep.env_id}/{ep.condition}", ep.raw_logprobs,
                 {"env_id": ep.env_id, "condition": ep.condition, "turns": ep.turns, "end": ep.end_reason,
                  "won": ep.won, "seed": ep.spec.seed},
             ))  # fmt: skip
-        if step >= self.config.designer_train_start:
-            for d in designs:
-                attempts = d.attempts if self.config.designer.train_on_repairs else d.attempts[:1]
-                for a in attempts:
-                    reward = rewards_by_env.get(a.record_id, 0.0) if a.valid else 0.0
-                    batch.samples.append(SelfPlaySample(
-                        "designer", a.prompt_ids, a.completion_ids, [1] * len(a.completion_ids), a.logprobs,
-                        reward, f"designer/{step}/{d.target.skill}", a.raw_logprobs,
-                        {"record_id": a.record_id, "attempt": a.attempt, "gate": a.verdict.gate,
-                         "valid": a.valid, "kind": d.target.kind, "skill": d.target.skill},
-                    ))  # fmt: skip
-        batch.stats = self._stats(result, designs, stats_by_env, rewards_by_env)
-        return batch
+        return out
 
-    def _stats(self, result: RolloutResult, designs, stats_by_env, rewards_by_env) -> dict[str, float]:
+    def _close(self, rnd: Round, batch: SelfPlayBatch, step: int) -> dict[str, RoundScore]:
+        """Scores a round's environments over their window, stores the designer rewards in the memory and
+        releases the round's designer samples (grouped per round and skill) into the batch."""
+        scores = score_round(rnd, self.config.reward, self.progress, expected_plays=self.config.plays_per_condition,
+                             min_plays_fraction=self.config.reward.min_plays_fraction)  # fmt: skip
+        for env_id, sc in scores.items():
+            if self.memory.get(env_id) is not None:
+                self.memory.update_stats(env_id, designer_reward=sc.reward)
+        if not self.config.train_designer:
+            return scores
+        for d in rnd.samples:
+            reward = scores[d.record_id].reward if (d.valid and d.record_id in scores) else 0.0
+            batch.samples.append(SelfPlaySample(
+                "designer", d.prompt_ids, d.completion_ids, [1] * len(d.completion_ids), d.logprobs, reward,
+                f"designer/{rnd.start}/{d.kind}/{d.skill}", d.raw_logprobs,
+                {"record_id": d.record_id, "attempt": d.attempt, "gate": d.gate, "valid": d.valid,
+                 "kind": d.kind, "skill": d.skill, "round": rnd.start, "delayed_by": step - rnd.start},
+            ))  # fmt: skip
+        return scores
+
+    def designer_scale(self, n_agent: int, n_designer: int) -> float:
+        """The factor on centred designer rewards: fixed, or the reference's automatic one (agent samples per
+        designer sample times the regeneration interval, capped)."""
+        if self.config.designer_reward_scale > 0:
+            return self.config.designer_reward_scale
+        if n_agent <= 0 or n_designer <= 0:
+            return 1.0
+        return min(n_agent / n_designer * self.config.regen_interval, self.config.designer_reward_scale_max)
+
+    def _stats(self, result: RolloutResult, designs, scores: dict[str, RoundScore], hung: set[str],
+               batch: SelfPlayBatch) -> dict[str, float]:  # fmt: skip
         out = {f"rollout/{k}": v for k, v in result.stats().items()}
         out.update({f"rollout/failure_{k}": float(v) for k, v in result.failures.items()})
+        out["rollout/timeouts_discarded"] = float(sum(e.end_reason == "timeout" for e in result.episodes))
+        out["env/retired_hung"] = float(len(hung))
         if designs:
             attempts = [a for d in designs for a in d.attempts]
             out["design/targets"] = float(len(designs))
             out["design/valid_frac"] = sum(d.valid for d in designs) / len(designs)
             out["design/attempts"] = float(len(attempts))
-            out["design/repaired"] = float(sum(d.valid and len(d.attempts) > 1 for d in designs))
+            out["design/retried_valid"] = float(sum(d.valid and len(d.attempts) > 1 for d in designs))
             for gate, n in Counter(a.verdict.gate for a in attempts if not a.valid).items():
                 out[f"design/failed_{gate}"] = float(n)
-        measured = [s for s in stats_by_env.values() if s.measured]
-        if measured:
-            out["env/regret_mean"] = sum(s.regret for s in measured) / len(measured)
-            out["env/win_rate_no_hint_mean"] = sum(s.win_rate_no_hint for s in measured) / len(measured)
-            out["env/win_rate_hint_mean"] = sum(s.win_rate_hint for s in measured) / len(measured)
-        if rewards_by_env:
-            out["env/designer_reward_mean"] = sum(rewards_by_env.values()) / len(rewards_by_env)
+        out["design/rounds_open"] = float(len(self.rounds))
+        out["design/samples_released"] = float(len(batch.by_role("designer")))
+        out["design/reward_scale"] = batch.designer_scale
+        if scores:
+            measured = [s.stats for s in scores.values() if s.stats.measured]
+            out["env/scored"] = float(len(scores))
+            if measured:
+                out["env/regret_mean"] = sum(s.regret for s in measured) / len(measured)
+                out["env/win_rate_no_hint_mean"] = sum(s.win_rate_no_hint for s in measured) / len(measured)
+                out["env/win_rate_hint_mean"] = sum(s.win_rate_hint for s in measured) / len(measured)
+            out["env/designer_reward_mean"] = sum(s.reward for s in scores.values()) / len(scores)
+            for status, n in Counter(s.hint_status for s in scores.values()).items():
+                out[f"hints/{status}"] = float(n)
         out.update({f"memory/{k}": float(v) for k, v in self.memory.summary().items()})
         return out
 
@@ -244,6 +329,8 @@ class SelfPlay:
             "progress": self.progress.get_state(),
             "rng": [rng[0], list(rng[1]), rng[2]],
             "current": [asdict(e) for e in self.current],
+            "rounds": [r.to_dict() for r in self.rounds],
+            "design_rounds": self.design_rounds,
             "designer_calls": self.designer.calls,
             "policy_calls": getattr(self.policy, "calls", 0),
         }
@@ -257,9 +344,16 @@ class SelfPlay:
         v, internal, gauss = state["rng"]
         self.rng.setstate((v, tuple(internal), gauss))
         self.current = [PlayableEnv(**e) for e in state["current"]]
+        self.rounds = [Round.from_dict(r) for r in state.get("rounds", [])]
+        self.design_rounds = int(state.get("design_rounds", 0))
         self.designer.calls = int(state.get("designer_calls", 0))
         if hasattr(self.policy, "calls"):
             self.policy.calls = int(state.get("policy_calls", 0))
 
     def close(self) -> None:
         self.engine.close()
+
+
+def _score_row(sc: RoundScore) -> dict:
+    """An environment's window measurement as a flat row (logs, reports)."""
+    return {"designer_reward": sc.reward, "hint_status": sc.hint_status, "timeouts": sc.timeouts, **asdict(sc.stats)}

@@ -1,5 +1,6 @@
 """The Environment Designer: prompt (contract, kind and skill, grounding document, exemplars), generation,
-extraction and gates, with bounded repair attempts that feed the failing gate's reason back.
+extraction and gates. A design that fails a gate is either drawn again from the same prompt (`resample`, the
+reference's way) or repaired by feeding the failing gate's reason back (`repair`), a bounded number of times.
 
 All designs of a step are generated in one sampler call, validated in parallel in the host pool, and every
 attempt (valid or not) is recorded in the memory with its verdict. Prompts are rendered with the model's chat
@@ -151,6 +152,13 @@ class DesignResult:
     def source(self) -> str | None:
         return self.attempts[-1].verdict.source if self.valid else None
 
+    def trainable(self, config: DesignerConfig) -> list[DesignAttempt]:
+        """The attempts the designer role trains on: with `resample`, the valid one only; with `repair`, all
+        attempts (or the first, without `train_on_repairs`), invalid ones at reward 0."""
+        if config.on_invalid == "resample":
+            return [a for a in self.attempts if a.valid]
+        return self.attempts if config.train_on_repairs else self.attempts[:1]
+
 
 class Designer:
     """Generates, validates, repairs and records environments."""
@@ -265,7 +273,8 @@ class Designer:
             return list(ex.map(one, texts))
 
     def design(self, targets: Sequence[DesignTarget], step: int) -> list[DesignResult]:
-        """Designs one environment per target (with repairs), recording every attempt in the memory."""
+        """Designs one environment per target (with resamples or repairs), recording every attempt in the
+        memory (a repair's parent is the attempt it repairs)."""
         results: list[DesignResult] = []
         convs: list[list[dict]] = []
         prompts: list[list[int]] = []
@@ -275,14 +284,15 @@ class Designer:
             convs.append(msgs)
             prompts.append(ids)
         pending = list(range(len(results)))
-        for attempt in range(self.config.max_repairs + 1):
+        repair = self.config.on_invalid == "repair"
+        for attempt in range(self.config.max_attempts):
             if not pending:
                 break
             completions = self._generate([prompts[i] for i in pending])
             verdicts = self._validate([c.text for c in completions])
             for i, comp, verdict in zip(pending, completions, verdicts):
                 res = results[i]
-                parent = res.attempts[-1].record_id if res.attempts else None
+                parent = res.attempts[-1].record_id if (res.attempts and repair) else None
                 verdict = self._recheck_novelty(verdict)
                 rec = self.memory.record_attempt(
                     verdict.source or comp.text, kind=res.target.kind, skill=res.target.skill, step=step,
@@ -295,7 +305,7 @@ class Designer:
                     comp.finish_reason, verdict, rec.id, convs[i],
                 ))  # fmt: skip
             pending = [i for i in pending if not results[i].attempts[-1].valid]
-            if attempt < self.config.max_repairs:
+            if repair and attempt + 1 < self.config.max_attempts:
                 for i in pending:
                     self._prepare_repair(i, results[i], convs, prompts)
         return results

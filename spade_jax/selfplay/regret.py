@@ -93,8 +93,8 @@ class LearningProgress:
     usually achieves in that skill means there is something to learn. State is JSON-able for checkpoints.
     """
 
-    gamma_fast: float = 0.99
-    gamma_slow: float = 0.95
+    gamma_fast: float = 0.98  # the recipe's --spade-gamma1 / --spade-gamma2
+    gamma_slow: float = 0.85
     fast: dict[str, float] = field(default_factory=dict)
     slow: dict[str, float] = field(default_factory=dict)
 
