@@ -122,8 +122,8 @@ class SelfPlay:
                 need_model.append(env)
         if need_model:
             written = self.hint_writer.write([(e.source, e.kind) for e in need_model], seed=step * 7919 + 1)
-            for env, (hint, _) in zip(need_model, written):
-                env.hint = hint or None
+            for env, res in zip(need_model, written):
+                env.hint = res.hint  # None (empty / cut / error): its hinted plays are discarded ("hint_failed")
 
     # ------------------------------------------------------------------------------------ measuring
     def play(self, envs: list[PlayableEnv], step: int, k: int | None = None) -> RolloutResult:
@@ -215,6 +215,8 @@ class SelfPlay:
 
     def _stats(self, result: RolloutResult, designs, stats_by_env, rewards_by_env) -> dict[str, float]:
         out = {f"rollout/{k}": v for k, v in result.stats().items()}
+        out.update(result.hint_stats())
+        out.update(self.hint_writer.stats())
         out.update({f"rollout/failure_{k}": float(v) for k, v in result.failures.items()})
         if designs:
             attempts = [a for d in designs for a in d.attempts]
