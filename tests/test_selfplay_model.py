@@ -92,7 +92,7 @@ def test_selfplay_step_end_to_end(pool, smollm, tmp_path):
         corpus=CorpusConfig(max_doc_tokens=64),
         memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=600),
         designer=DesignerConfig(max_new_tokens=32, context_len=CONTEXT, max_repairs=0),
-        hints=HintConfig(max_new_tokens=24),
+        hints=HintConfig(source="env_or_model", max_new_tokens=24),  # the seeds' own hint(): deterministic
         rollout=RolloutConfig(max_turns=2, max_new_tokens_per_turn=12, max_episode_tokens=1024),
     )  # fmt: skip
     sp = SelfPlay(cfg, sampler=sampler, tokenizer=tok, pool=pool, run_dir=tmp_path)

@@ -17,8 +17,8 @@ DISCARDED before its first turn (`error="hint_failed"`, `hint_failed=True`, coun
 a hint is never measured. With `RolloutConfig.check_hint_leaks` the worker is asked after reset whether the
 hint contains the answer (`EnvSession.leaks`, run inside the sandbox); a leak marks the episode
 `hint_leaked=True`, and a failed check (timeout, crash, malformed reply) marks it `leak_check="failed"` and
-counts as not leaked; when the failed check killed the session, the episode is reopened and reset with the
-same seed, and plays on.
+counts as not leaked; after a failed call the episode is reopened and reset with the same seed (the worker
+may have killed it), and plays on.
 
 Failure handling: a reply in the wrong format is the environment's business (it answers with a reminder);
 context overflow ends the episode cleanly ('context', return 0); a step that times out ends it with
@@ -390,9 +390,9 @@ class RolloutEngine:
     def _check_leak(self, lv: _Live) -> bool | None:
         """Asks the sandbox whether the hint contains the answer; sets `hint_leaked` / `leak_check`.
 
-        Any failure is "unknown" (`leak_check="failed"`, not leaked). A failure that killed the session
-        reopens and resets it with the same seed (the episode is deterministic); None when even that fails
-        (the episode is then discarded)."""
+        Any failure is "unknown" (`leak_check="failed"`, not leaked). After a failed call the session is
+        reopened and reset with the same seed (the worker may have killed it; the episode is deterministic);
+        None when even that fails (the episode is then discarded)."""
         ep = lv.ep
         leaks = getattr(lv.session, "leaks", None)
         res = leaks(ep.hint) if callable(leaks) else None
@@ -402,7 +402,7 @@ class RolloutEngine:
             ep.leak_check = "leaked" if ep.hint_leaked else "clean"
             return ep.hint_leaked
         ep.leak_check = "failed"
-        if res is not None and not res.ok and res.error in ("timeout", "crashed", "memory"):
+        if res is not None and not res.ok:  # the worker may have killed the episode process: replay it
             self._close(lv)
             if self._open_and_reset(lv) is None:
                 return None
