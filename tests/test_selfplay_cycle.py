@@ -13,7 +13,14 @@ import pytest
 from spade_jax.envs.base import extract_boxed
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
-from spade_jax.selfplay.config import CorpusConfig, DesignerConfig, RewardConfig, RolloutConfig, SelfPlayConfig
+from spade_jax.selfplay.config import (
+    CorpusConfig,
+    DesignerConfig,
+    HintConfig,
+    RewardConfig,
+    RolloutConfig,
+    SelfPlayConfig,
+)
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
 from spade_jax.selfplay.hints import HintWriter, clean_hint, defines_hint
 from spade_jax.selfplay.regret import plateau
@@ -38,6 +45,7 @@ def _binary_or_random(req) -> str:
 
 
 def _selfplay(tokenizer, pool, tmp_path=None, **changes) -> SelfPlay:
+    changes.setdefault("hints", HintConfig(source="env_or_model"))  # these plays use the envs' own hint()
     cfg = SelfPlayConfig(plays_per_condition=6, envs_per_step=1, designer_delay=0,
                          corpus=CorpusConfig(max_doc_tokens=64), designer=DesignerConfig(context_len=4096),
                          rollout=RolloutConfig(max_turns=8), **changes)  # fmt: skip
@@ -123,8 +131,8 @@ def test_hint_helpers(tokenizer):
 
     echo = Echo()
     writer = HintWriter(echo, tokenizer, context_len=1024)
-    (hint, _), (hint2, _) = writer.write([(HIGHER_LOWER, "game"), (NO_HINT_ENV * 20, "tool")])
-    assert hint == "Binary search. Halve the range."
+    first_res, _ = writer.write([(HIGHER_LOWER, "game"), (NO_HINT_ENV * 20, "tool")])
+    assert first_res.hint == "Binary search. Halve the range." and first_res.reason == "ok"
     first, second = (tokenizer.decode(p) for p in echo.prompts)
     assert "class HigherLower" in first and "approach" in first.lower()
     assert "tool-use environment" in second and len(echo.prompts[1]) <= 1024 - writer.config.max_new_tokens  # budgeted

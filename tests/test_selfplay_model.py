@@ -93,7 +93,7 @@ def test_selfplay_step_end_to_end(pool, smollm, tmp_path):
         memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=600),
         # repair mode trains the (invalid) first attempt at reward 0; resample mode would train none
         designer=DesignerConfig(max_new_tokens=32, context_len=CONTEXT, on_invalid="repair", max_repairs=0),
-        hints=HintConfig(max_new_tokens=24),
+        hints=HintConfig(source="env_or_model", max_new_tokens=24),  # the seeds' own hint(): deterministic
         rollout=RolloutConfig(max_turns=2, max_new_tokens_per_turn=12, max_episode_tokens=1024),
     )  # fmt: skip
     sp = SelfPlay(cfg, sampler=sampler, tokenizer=tok, pool=pool, run_dir=tmp_path)

@@ -4,12 +4,22 @@ Runs INSIDE the sandbox, imported by `spade_jax.envs.worker` (the zygote), which
 session; see that module for the process model. STANDARD LIBRARY ONLY. The episode process runs untrusted
 environment code, so every helper it needs is bound privately (default arguments, attributes) before that code
 can replace module attributes or builtins.
+
+Besides load and call, the episode answers one request of its own: `leaks` (is the answer in this hint?),
+computed here because the hidden state must never leave the sandbox. It compares the hint with the answer in
+`reference_action()` (box content, `<answer>` content, or a tool call's argument values; called on a deep copy
+of the env, so the episode itself is not disturbed) and with the hidden state's strings (>= 3 characters)
+and numbers (>= 2 digits) after reset. Anything the agent already sees in the first observation is not a
+leak; for the hidden state, neither is anything written in the source or passed as a constructor argument.
+It never raises: a failing reference_action() or state walk is skipped. This is a heuristic against
+accidental or lazy leaks, not a defence against environment code that rewrites this module.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import struct
 import sys
@@ -19,7 +29,11 @@ HEADER = struct.Struct(">I")
 ENV_FILENAME = "<environment>"
 ENV_MODULE = "environment"
 CALLABLE = ("reset", "step", "hint", "reference_action", "random_action", "metadata")
-_isinstance, _len = isinstance, len  # environment code may replace the builtins
+_isinstance, _len, _type = isinstance, len, type  # environment code may replace the builtins
+_TOKEN_RE = re.compile(r"\d+(?:\.\d+)?|[^\W\d_]+")
+_BOXED, _ANSWER_RE = "\\boxed{", re.compile(r"<answer>(.*?)(?:</answer>|$)", re.S)
+_TOOL_CALL_RE = re.compile(r"<tool_call>(.*?)(?:</tool_call>|$)", re.S)
+LEAK_WALK_NODES, LEAK_WALK_DEPTH, LEAK_MAX_CHARS = 5000, 4, 200
 
 
 # ------------------------------------------------------------------------------------------- framing
@@ -79,7 +93,9 @@ class Episode:
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.env = None
+        self.source, self.kwargs, self.first_obs = "", {}, ""
         self.reserve = bytearray(1 << 20)  # freed on MemoryError so the report itself can be built
+        import copy
         import inspect
         import linecache
         import random
@@ -87,6 +103,7 @@ class Episode:
 
         # Keep private references: environment code may replace the module attributes later.
         self.inspect, self.linecache, self.random, self.traceback = inspect, linecache, random, traceback
+        self.deepcopy, self.findall = copy.deepcopy, _TOKEN_RE.findall
         self.dumps, self.loads, self.send = json.dumps, json.loads, send
 
     def serve(self, rfd: int, wfd: int) -> None:
@@ -100,10 +117,12 @@ class Episode:
             self.send(wfd, reply) if _isinstance(reply, dict) else write_all(wfd, reply)
 
     def handle(self, msg: dict):
-        what = msg.get("method", "load") + "()"
+        what = str(msg.get("method") or msg["op"]) + "()"
         try:
             if msg["op"] == "load":
                 value = self.load(msg["source"], msg.get("kwargs") or {})
+            elif msg["op"] == "leaks":
+                value = self.leaks(msg.get("hint"))
             else:
                 value = self.call(msg["method"], msg.get("args") or [])
         except MemoryError:
@@ -151,6 +170,7 @@ class Episode:
     def load(self, source: str, kwargs: dict) -> dict:
         import types
 
+        self.source, self.kwargs = source, dict(kwargs)
         self.linecache.cache[ENV_FILENAME] = (len(source), None, source.splitlines(True), ENV_FILENAME)
         module = types.ModuleType(ENV_MODULE)
         module.__file__ = ENV_FILENAME
@@ -209,7 +229,10 @@ class Episode:
             seed = args[0] if args else None
             if seed is not None:
                 self.random.seed(seed)  # envs that use the global `random` are reproducible too
-            return self.call_reset(fn, seed)
+            value = self.call_reset(fn, seed)
+            first = value[0] if _isinstance(value, tuple | list) and _len(value) == 2 else ""
+            self.first_obs = first if _type(first) is str else ""
+            return value
         return fn(*args)
 
     def call_reset(self, fn, seed):
@@ -220,6 +243,96 @@ class Episode:
         if "seed" in params or any(p.kind == p.VAR_KEYWORD for p in params.values()):
             return fn(seed=seed)
         return fn(seed) if params and seed is not None else fn()
+
+    # leak check ------------------------------------------------------------------------------------------
+    def leaks(self, hint) -> dict:
+        """{"leaked": bool, "by": "answer" | "state" | None}: does `hint` contain the answer or a hidden value?"""
+        if self.env is None:
+            raise _Missing("no environment is loaded")
+        if _type(hint) is not str:
+            raise _Missing("leaks() needs the hint as a str")
+        text, seen = self.joined(hint), self.joined(self.first_obs)
+        for value in self.answer_values():
+            cand = self.joined(value)
+            if significant(cand) and cand in text and cand not in seen:
+                return {"leaked": True, "by": "answer"}
+        public = self.joined(self.source + " " + " ".join(str(v) for v in self.kwargs.values()))
+        for value in self.state_values():
+            cand = self.joined(value)
+            if significant(cand) and cand in text and cand not in seen and cand not in public:
+                return {"leaked": True, "by": "state"}
+        return {"leaked": False, "by": None}
+
+    def joined(self, text: str) -> str:
+        """Lower-case word/number tokens, framed by separators so `a in b` is a whole-token match."""
+        return "\x01" + "\x01".join(self.findall(text.lower()))[:100000] + "\x01"
+
+    def answer_values(self) -> list:
+        """The answer strings in reference_action() (on a copy of the env, RNG states restored); [] on failure."""
+        fn = getattr(_type(self.env), "reference_action", None)
+        if not callable(fn):
+            return []
+        state = self.random.getstate()
+        try:
+            action = self.deepcopy(self.env).reference_action()
+        except BaseException:
+            return []
+        finally:
+            self.random.setstate(state)
+        return answer_parts(action) if _type(action) is str else []
+
+    def state_values(self) -> list:
+        """Strings and numbers in the env's instance state (builtin containers, bounded walk); [] on failure."""
+        out: list = []
+        try:
+            stack, budget = [(v, 0) for v in list(vars(self.env).values())], LEAK_WALK_NODES
+            while stack and budget > 0:
+                value, depth = stack.pop()
+                budget -= 1
+                kind = _type(value)
+                if kind is str and _len(value) <= LEAK_MAX_CHARS:
+                    out.append(value)
+                elif kind is int or (kind is float and value == value and value.is_integer()):
+                    out.append(str(int(value)))
+                elif kind in (list, tuple, set, frozenset) and depth < LEAK_WALK_DEPTH:
+                    stack += [(v, depth + 1) for v in list(value)[:LEAK_WALK_NODES]]
+                elif kind is dict and depth < LEAK_WALK_DEPTH:
+                    stack += [(v, depth + 1) for v in list(value.values())[:LEAK_WALK_NODES]]
+        except BaseException:
+            return out
+        return out
+
+
+def significant(joined: str) -> bool:
+    """A candidate worth matching: >= 2 digits when it is one number, else >= 3 letters/digits in all."""
+    body = joined.replace("\x01", "")
+    if joined.count("\x01") == 2 and body.replace(".", "").isdigit():
+        return _len(body.replace(".", "")) >= 2
+    return _len(body) >= 3
+
+
+def answer_parts(action: str) -> list:
+    """Answer strings in an action: its last \\boxed{...}, its <answer>, else its tool calls' argument values."""
+    i = action.rfind(_BOXED)
+    if i >= 0:
+        depth, start = 1, i + _len(_BOXED)
+        for j in range(start, _len(action)):
+            depth += {"{": 1, "}": -1}.get(action[j], 0)
+            if depth == 0:
+                return [action[start:j]]
+        return [action[start:]]
+    found = _ANSWER_RE.search(action)
+    if found:
+        return [found.group(1)]
+    parts = []
+    for body in _TOOL_CALL_RE.findall(action):
+        try:
+            args = json.loads(body).get("arguments")
+        except (ValueError, AttributeError):
+            continue
+        if _isinstance(args, dict):
+            parts += [str(v) for v in args.values() if _type(v) in (str, int, float)]
+    return parts
 
 
 class _Missing(Exception):

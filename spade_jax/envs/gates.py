@@ -18,6 +18,7 @@ from typing import Any
 
 from spade_jax.envs.extract import ExtractError, extract_source
 from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
+from spade_jax.envs.outcome import episode_outcome
 from spade_jax.envs.probes import MALFORMED_ACTIONS, GenericPolicy, guess_kind, noop_action
 from spade_jax.envs.static_checks import StaticConfig, check_static
 
@@ -214,7 +215,7 @@ def _play(run: _Runner, seed: int, policy: str, rng: random.Random, max_steps: i
         transcript.append((obs, reward, terminated, truncated, _canon(info)))
         ret += reward
         if terminated or truncated:
-            won = info.get("won") is True or max(-1.0, min(1.0, ret)) >= 0.999
+            won = episode_outcome([reward], bool(terminated), info.get("won") if isinstance(info, dict) else None)[1]
             ended = True
             break
     return _Episode(actions, transcript, len(actions), ret, won, ended)

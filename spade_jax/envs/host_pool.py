@@ -103,13 +103,13 @@ class EnvSession:
         self._lock = threading.Lock()
         self._closed = False
 
-    def _call(self, method: str, args: list) -> CallResult:
+    def _call(self, method: str, args: list, msg: dict | None = None) -> CallResult:
         with self._lock:
             if self._closed:
                 return CallResult.failure("crashed", f"{method}(): the session is closed")
             if not self.load_result.ok or self._worker is None:
                 return self.load_result
-            msg = {"op": "call", "method": method, "args": args}
+            msg = msg or {"op": "call", "method": method, "args": args}
             result = self._worker.request(msg, self._pool.sandbox.call_timeout_s, f"{method}()")
         self._pool._count(result)
         return result
@@ -125,6 +125,12 @@ class EnvSession:
     def hint(self) -> CallResult:
         """The environment's privileged hint; value None when it defines no hint()."""
         return self._call("hint", [])
+
+    def leaks(self, hint: str) -> CallResult:
+        """Whether `hint` gives away the answer of the current episode (call after reset), checked inside the
+        sandbox: value {"leaked": bool, "by": "answer" | "state" | None}. Time-limited like every call; a
+        failure is a CallResult (treat it as unknown)."""
+        return self._call("leaks", [], {"op": "leaks", "hint": str(hint)})
 
     def call(self, method: str, *args: Any) -> CallResult:
         """One of the whitelisted extra methods: reference_action, random_action, metadata."""

@@ -15,6 +15,9 @@ Two kinds of process per sandbox:
     kills every process of that uid and deletes its files in tmp and /dev/shm. Episodes sharing a worker
     therefore share nothing: replaced builtins, leftover threads, children and tmp files die with the session.
 
+Requests it relays to the episode process: `load`, `call` (whitelisted env methods) and `leaks` (the hint
+leak check, see episode.py); each under the same per-call deadline, so a hostile env cannot stall it.
+
 Frame: 4-byte big-endian length, then UTF-8 JSON (host side: `spade_jax.envs.protocol`).
 """
 
@@ -238,7 +241,7 @@ class Zygote:
     # requests ------------------------------------------------------------------------------------------
     def relay(self, msg: dict) -> bytes | dict:
         """Forwards one request to the episode process and returns its checked reply."""
-        what = msg.get("method", "load") + "()"
+        what = str(msg.get("method") or msg["op"]) + "()"
         load = msg["op"] == "load"
         if load:
             if self.child is not None:
@@ -297,7 +300,7 @@ class Zygote:
                 return
             msg = json.loads(raw)
             op = msg.get("op")
-            if op in ("load", "call"):
+            if op in ("load", "call", "leaks"):
                 msg["_raw"] = raw
                 reply = self.relay(msg)
             elif op == "end":

@@ -88,9 +88,11 @@ class DesignerConfig:
 
 @dataclass
 class HintConfig:
-    """Where hints come from: 'env' (hint() only), 'model' (written from the source), 'env_or_model'."""
+    """Where hints come from: 'model' (the paper's: written by the policy from the environment's source, never
+    its hidden state), 'env' (the environment's own hint(), which sees the hidden state and may leak the
+    answer), 'env_or_model' (hint() where defined, else model-written)."""
 
-    source: str = "env_or_model"
+    source: str = "model"
     temperature: float = 0.3
     max_new_tokens: int = 256
     max_words: int = 100
@@ -108,7 +110,7 @@ class RolloutConfig:
     min_turn_tokens: int = 16
     temperature: float = 0.6
     top_p: float = 1.0
-    step_timeout_reward: float = -0.5
+    check_hint_leaks: bool = True
     max_consecutive_format_errors: int | None = None
     system_prompt: str | None = None
     tool_stop_strings: tuple[str, ...] = ("</tool_call>", "</answer>")

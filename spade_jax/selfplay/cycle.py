@@ -138,16 +138,18 @@ class SelfPlay:
                 need_model.append(env)
         if need_model:
             written = self.hint_writer.write([(e.source, e.kind) for e in need_model], seed=step * 7919 + 1)
-            for env, (hint, _) in zip(need_model, written):
-                env.hint = hint or None
+            for env, res in zip(need_model, written):
+                env.hint = res.hint  # None (empty / cut / error): its hinted plays are discarded ("hint_failed")
 
     # ------------------------------------------------------------------------------------ measuring
     def play(self, envs: list[PlayableEnv], step: int, k: int | None = None, *, hinted: bool = True) -> RolloutResult:
-        """K unhinted (and, with `hinted`, K hinted) episodes of every environment, in one batched rollout."""
+        """K unhinted (and, with `hinted`, K hinted) episodes of every environment, in one batched rollout.
+        An environment without a hint gets no hinted plays: there is nothing to measure regret with."""
         k = k or self.config.plays_per_condition
         specs = []
         for env in envs:
-            for cond in (HINT, NO_HINT) if hinted else (NO_HINT,):
+            has_hint = bool(env.hint) or env.env_hint
+            for cond in (HINT, NO_HINT) if (hinted and has_hint) else (NO_HINT,):
                 for i in range(k):
                     specs.append(EpisodeSpec(env.env_id, env.source, episode_seed(env.env_id, step, i), cond,
                                              env.hint, env.env_hint, env.kind))  # fmt: skip
@@ -175,7 +177,8 @@ class SelfPlay:
 
     def open_round(self, step: int, envs: list[PlayableEnv], designs: Sequence[DesignResult]) -> Round:
         """Starts the window of a regeneration step's environments and keeps its designs for training."""
-        rnd = Round(step, {e.env_id: EnvWindow(e.env_id, e.kind, e.skill) for e in envs})
+        rnd = Round(step, {e.env_id: EnvWindow(e.env_id, e.kind, e.skill, "ok" if (e.hint or e.env_hint) else "missing")
+                           for e in envs})  # fmt: skip
         for d in designs:
             for a in d.trainable(self.config.designer):
                 rnd.samples.append(DesignSample(
@@ -223,14 +226,14 @@ class SelfPlay:
             if ep.end_reason == "timeout":
                 env.timeouts += 1
                 hung.add(ep.env_id)
+            if ep.condition == HINT and ep.hint_failed:
+                env.hint_status = "missing"
             if ep.discarded or ep.end_reason == "timeout":
                 continue
             played[ep.env_id] += 1
             if ep.condition == NO_HINT:
                 env.add_play(offset, ep.episode_return, ep.won)
-            elif not ep.hint:
-                env.hint_status = "missing"
-            elif getattr(ep, "hint_leaked", False):
+            elif ep.hint_leaked:
                 env.hint_status = "leaked"
             else:
                 env.hint_returns.append(ep.episode_return)
@@ -292,6 +295,8 @@ class SelfPlay:
     def _stats(self, result: RolloutResult, designs, scores: dict[str, RoundScore], hung: set[str],
                batch: SelfPlayBatch) -> dict[str, float]:  # fmt: skip
         out = {f"rollout/{k}": v for k, v in result.stats().items()}
+        out.update(result.hint_stats())
+        out.update(self.hint_writer.stats())
         out.update({f"rollout/failure_{k}": float(v) for k, v in result.failures.items()})
         out["rollout/timeouts_discarded"] = float(sum(e.end_reason == "timeout" for e in result.episodes))
         out["env/retired_hung"] = float(len(hung))
@@ -315,7 +320,7 @@ class SelfPlay:
                 out["env/win_rate_hint_mean"] = sum(s.win_rate_hint for s in measured) / len(measured)
             out["env/designer_reward_mean"] = sum(s.reward for s in scores.values()) / len(scores)
             for status, n in Counter(s.hint_status for s in scores.values()).items():
-                out[f"hints/{status}"] = float(n)
+                out[f"env/hint_{status}"] = float(n)  # environments scored with a usable / missing / leaked hint
         out.update({f"memory/{k}": float(v) for k, v in self.memory.summary().items()})
         return out
 

@@ -1,18 +1,31 @@
-"""Privileged hints for the hinted plays: the environment's own `hint()` when it has one, else written by the
-model from the environment's source (temperature 0.3, 1-3 sentences under 100 words, the approach and never
-the answer). Model hints for many environments are written in one batched sampler call.
+"""Privileged hints for the hinted plays: written by the model from the environment's source (the paper's and
+the default; temperature 0.3, 1-3 sentences under 100 words, the approach and never the answer), or the
+environment's own `hint()` where the config allows it. Model hints for many environments are written in one
+batched sampler call.
+
+Failure handling: `HintWriter.write` never raises. Each item gets a `HintResult` whose `hint` is the clean
+hint or None with a one-word `reason`: "empty" (nothing left after cleaning), "cut" (max_new_tokens reached
+inside an unfinished <think> block, or nothing left after cleaning a cut completion), "error" (the sampler
+raised; every item of the call). No hint means no regret measurement, never an unhinted "hinted" play.
+Whether a hint gives away the answer is checked per episode inside the sandbox (see rollouts.py).
 """
 
 from __future__ import annotations
 
 import ast
+import logging
 import re
+from collections import Counter
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from spade_jax.selfplay.config import HintConfig
 
-__all__ = ["HintWriter", "clean_hint", "defines_hint", "hint_messages", "inject_hint"]
+__all__ = ["HINT_REASONS", "HintResult", "HintWriter", "clean_hint", "defines_hint", "hint_messages", "inject_hint"]
+
+log = logging.getLogger(__name__)
+HINT_REASONS = ("ok", "empty", "cut", "error")
 
 _GAME_PROMPT = """You are given the Python source of a text environment that an agent will play. The agent sees \
 only the text observations, never this code. Write a hint that will be appended to the agent's first \
@@ -77,12 +90,47 @@ def hint_messages(source: str, kind: str = "game") -> list[dict]:
     return [{"role": "system", "content": system}, {"role": "user", "content": user}]
 
 
+@dataclass(frozen=True)
+class HintResult:
+    """One written hint: `hint` (clean text, or None), `reason` (one of HINT_REASONS; "ok" iff hint is set) and
+    the sampler's `completion` (None when sampling failed)."""
+
+    hint: str | None
+    reason: str
+    completion: Any = None
+
+    @property
+    def ok(self) -> bool:
+        return self.hint is not None
+
+
+def judge_completion(text: str, finish_reason: str, config: HintConfig, *, in_think: bool = False) -> HintResult:
+    """The clean hint of one completion, or None and why ("cut" / "empty"). `in_think`: the prompt itself
+    opened a <think> block (thinking chat templates), so the completion starts inside it."""
+    text = ("<think>" if in_think else "") + (text or "")
+    cut = finish_reason in ("length", "context")
+    opened = text.rfind("<think>")
+    if cut and opened >= 0 and "</think>" not in text[opened:]:
+        return HintResult(None, "cut")
+    hint = clean_hint(text, config.max_words, config.max_sentences)
+    if not hint:
+        return HintResult(None, "cut" if cut else "empty")
+    return HintResult(hint, "ok")
+
+
 class HintWriter:
-    """Writes hints with the policy itself, batched; keeps the prompt within the context budget."""
+    """Writes hints with the policy itself, batched; keeps the prompt within the context budget.
+
+    `counts` accumulates the reasons of every item written (see `stats()`)."""
 
     def __init__(self, sampler: Any, tokenizer: Any, config: HintConfig = HintConfig(), *, context_len: int = 4096):
         self.sampler, self.tokenizer, self.config = sampler, tokenizer, config
         self.context_len = context_len
+        self.counts: Counter = Counter()
+
+    def stats(self) -> dict[str, float]:
+        """Counters since construction: `hints/written` (usable), `hints/empty`, `hints/cut`, `hints/error`."""
+        return {f"hints/{'written' if r == 'ok' else r}": float(self.counts[r]) for r in HINT_REASONS}
 
     def _prompt_ids(self, source: str, kind: str) -> list[int]:
         budget = self.context_len - self.config.max_new_tokens
@@ -96,10 +144,32 @@ class HintWriter:
             text = text[: int(len(text) * budget / len(ids) * 0.9)]  # keep the head (setup, rules) of the code
         return ids[-budget:]
 
-    def write(self, items: Sequence[tuple[str, str]], *, seed: int = 0) -> list[tuple[str, Any]]:
-        """Hints for (source, kind) items in one sampler call: [(clean hint, Completion)] in order."""
+    def write(self, items: Sequence[tuple[str, str]], *, seed: int = 0) -> list[HintResult]:
+        """Hints for (source, kind) items in ONE sampler call, in order; never raises (see the module doc)."""
         if not items:
             return []
+        try:
+            completions = self._generate(items, seed)
+            if len(completions) != len(items):
+                raise ValueError(f"{len(completions)} completions for {len(items)} prompts")
+            results = [judge_completion(c.text, c.finish_reason, self.config, in_think=self._opens_think(c.prompt_ids))
+                       for c in completions]  # fmt: skip
+            results = [HintResult(r.hint, r.reason, c) for r, c in zip(results, completions)]
+        except Exception as e:  # a failed call costs the hints (no regret measured), never the run
+            log.warning("hint writing failed for %d environments: %s", len(items), e)
+            results = [HintResult(None, "error") for _ in items]
+        self.counts.update(r.reason for r in results)
+        return results
+
+    def _opens_think(self, prompt_ids: Sequence[int]) -> bool:
+        """True when the prompt ends inside an open <think> block (a thinking template's generation prompt)."""
+        try:
+            tail = self.tokenizer.decode(list(prompt_ids)[-16:])
+        except Exception:
+            return False
+        return isinstance(tail, str) and tail.rfind("<think>") > tail.rfind("</think>")
+
+    def _generate(self, items: Sequence[tuple[str, str]], seed: int) -> list:
         from spade_jax.sampling import SamplingParams
 
         prompts = [self._prompt_ids(src, kind) for src, kind in items]
@@ -109,5 +179,4 @@ class HintWriter:
             stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
             seed=seed,
         )
-        completions = self.sampler.generate(prompts, params)
-        return [(clean_hint(c.text, self.config.max_words, self.config.max_sentences), c) for c in completions]
+        return list(self.sampler.generate(prompts, params))

@@ -7,9 +7,24 @@ worker, so at most `pool.num_workers` episodes are live; waiting ones start as w
 episode it records the token ids of every turn, the loss mask (1 only on tokens the policy produced), the
 sampler log-probs, the rewards and return, the condition (hint / no_hint) and the environment id.
 
+Returns and wins follow `spade_jax.envs.outcome.episode_outcome`: the terminal reward, clipped to [-1, 1],
+counted only when the environment terminated the episode; 0 (and never a win) when it was truncated by the
+environment, the turn limit or the context/token budget. The step rewards stay on the episode for logging.
+
+Hints: a hinted episode gets its spec's fixed hint (model-written) or, with `env_hint`, the environment's own
+`hint()` (the fixed hint is the fallback). When neither gives a non-empty str, the hinted episode is
+DISCARDED before its first turn (`error="hint_failed"`, `hint_failed=True`, counted): a "hinted" play without
+a hint is never measured. With `RolloutConfig.check_hint_leaks` the worker is asked after reset whether the
+hint contains the answer (`EnvSession.leaks`, run inside the sandbox); a leak marks the episode
+`hint_leaked=True`, and a failed check (timeout, crash, malformed reply) marks it `leak_check="failed"` and
+counts as not leaked; after a failed call the episode is reopened and reset with the same seed (the worker
+may have killed it), and plays on.
+
 Failure handling: a reply in the wrong format is the environment's business (it answers with a reminder);
-context overflow ends the episode cleanly ('context'); a step that times out ends it with reward -0.5
-('timeout'); any other sandbox failure discards the episode (counted, the run goes on).
+context overflow ends the episode cleanly ('context', return 0); a step that times out ends it with
+`end_reason="timeout"` (return 0): the hang is the environment's fault, so the self-play step never trains the
+agent on it and gives the designer the timeout reward instead; any other sandbox failure discards the episode
+(counted, the run goes on).
 The policy is pluggable (see policies.py): `ModelPolicy` samples from the model; any object with
 `act(requests)`, e.g. a `ScriptedPolicy`, can replace it.
 """
@@ -24,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spade_jax.envs.base import extract_answer, extract_boxed, parse_tool_calls
+from spade_jax.envs.outcome import episode_outcome
 from spade_jax.selfplay.config import RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
@@ -38,6 +54,7 @@ __all__ = [
     "ScriptedPolicy",
     "TurnReply",
     "TurnRequest",
+    "episode_outcome",
 ]
 
 HINT, NO_HINT = "hint", "no_hint"
@@ -49,7 +66,8 @@ class EpisodeSpec:
     """One episode to play: which environment, which reset seed, and whether the agent gets the hint.
 
     `hint` is a fixed hint (e.g. written by the model); with `env_hint` the engine asks the environment's own
-    `hint()` after reset (falling back to `hint` when that fails or is empty).
+    `hint()` after reset (falling back to `hint` when that fails or is empty). A hinted spec left without any
+    hint is discarded with `error="hint_failed"`.
     """
 
     env_id: str
@@ -69,7 +87,15 @@ class EpisodeSpec:
 @dataclass
 class Episode:
     """A finished episode. `completion_*` cover everything after the first prompt (agent turns and the
-    observations in between); `completion_mask` is 1 exactly on the agent's own tokens."""
+    observations in between); `completion_mask` is 1 exactly on the agent's own tokens.
+
+    `rewards` are the step rewards (logging only); `episode_return` / `won` follow `episode_outcome`.
+    `terminated` is True only when the environment ended the episode. Hint fields (hinted episodes only):
+    `hint` is the text the agent saw; `hint_source` "env" or "spec"; `hint_failed` True when there was no
+    usable hint (the episode is then discarded, `error="hint_failed"`); `hint_leaked` True when the sandbox
+    found the answer in the hint; `leak_check` "" (not run), "clean", "leaked" or "failed" (unknown, treated
+    as not leaked).
+    """
 
     spec: EpisodeSpec
     prompt_ids: list[int] = field(default_factory=list)
@@ -82,11 +108,16 @@ class Episode:
     rewards: list[float] = field(default_factory=list)
     episode_return: float = 0.0
     won: bool = False
+    terminated: bool = False
     end_reason: str = ""
     discarded: bool = False
     error: str | None = None
     format_errors: int = 0
     hint: str | None = None
+    hint_source: str = ""
+    hint_failed: bool = False
+    hint_leaked: bool = False
+    leak_check: str = ""
 
     @property
     def condition(self) -> str:
@@ -142,6 +173,17 @@ class RolloutResult:
         for reason, n in Counter(e.end_reason for e in self.episodes).items():
             out[f"end_{reason}"] = float(n)
         return out
+
+    def hint_stats(self) -> dict[str, float]:
+        """Hint counters over the hinted episodes: `hints/failed` (no usable hint: discarded), `hints/leaked`
+        (the hint contains the answer), `hints/leak_check_failed` (unknown, counted as not leaked)."""
+        hinted = [e for e in self.episodes if e.condition == HINT]
+        return {
+            "hints/episodes": float(len(hinted)),
+            "hints/failed": float(sum(e.hint_failed for e in hinted)),
+            "hints/leaked": float(sum(e.hint_leaked for e in hinted)),
+            "hints/leak_check_failed": float(sum(e.leak_check == "failed" for e in hinted)),
+        }
 
 
 # --------------------------------------------------------------------------------------------- engine
@@ -294,37 +336,78 @@ class RolloutEngine:
 
     def _start(self, lv: _Live) -> bool:
         spec, ep = lv.spec, lv.ep
-        try:
-            lv.session = self.pool.open(spec.source, env_kwargs={"max_turns": self.config.max_turns})
-        except Exception as e:  # the pool reports failures as results; this is a last line of defence
-            return self._discard(lv, "load_error", f"open failed: {e}")
-        load = getattr(lv.session, "load_result", None)
-        if load is not None and not getattr(load, "ok", True):
-            return self._discard(lv, getattr(load, "error", None) or "load_error", getattr(load, "message", ""))
-        res = lv.session.reset(spec.seed)
-        if not res.ok:
-            return self._discard(lv, res.error or "exception", res.message)
-        try:
-            obs, _info = res.value
-        except (TypeError, ValueError):
-            return self._discard(lv, "bad_return", "reset() did not return (observation, info)")
-        if not isinstance(obs, str):
-            return self._discard(lv, "bad_return", "reset() observation is not a str")
-        hint = None
+        obs = self._open_and_reset(lv)
+        if obs is None:
+            return False
         if spec.condition == HINT:
-            hint = spec.hint
-            if spec.env_hint:
-                h = lv.session.hint()
-                if h.ok and isinstance(h.value, str) and h.value.strip():
-                    hint = h.value.strip()
-        ep.hint = hint
-        first = inject_hint(obs, hint, self.hint_template) if spec.condition == HINT else obs
+            ep.hint, ep.hint_source = self._fetch_hint(lv)
+            if ep.hint is None:
+                ep.hint_failed = True
+                return self._discard(lv, "hint_failed", "the hinted play has no usable hint (regret not measured)")
+            if self.config.check_hint_leaks and self._check_leak(lv) is None:
+                return False
+        first = inject_hint(obs, ep.hint, self.hint_template) if spec.condition == HINT else obs
         if self.config.system_prompt:
             ep.messages.append({"role": "system", "content": self.config.system_prompt})
         ep.messages.append({"role": "user", "content": first})
         if self.tokenizer is not None:
             ep.prompt_ids = self._first_prompt(ep.messages)
         return True
+
+    def _open_and_reset(self, lv: _Live) -> str | None:
+        """Opens a session for the episode and resets it with the spec's seed: the first observation, or None
+        (the episode is then discarded with the failure as its error)."""
+        spec = lv.spec
+        try:
+            lv.session = self.pool.open(spec.source, env_kwargs={"max_turns": self.config.max_turns})
+        except Exception as e:  # the pool reports failures as results; this is a last line of defence
+            return self._discard(lv, "load_error", f"open failed: {e}") or None
+        load = getattr(lv.session, "load_result", None)
+        if load is not None and not getattr(load, "ok", True):
+            return self._discard(lv, getattr(load, "error", None) or "load_error", getattr(load, "message", "")) or None
+        res = lv.session.reset(spec.seed)
+        if not res.ok:
+            return self._discard(lv, res.error or "exception", res.message) or None
+        try:
+            obs, _info = res.value
+        except (TypeError, ValueError):
+            return self._discard(lv, "bad_return", "reset() did not return (observation, info)") or None
+        if not isinstance(obs, str):
+            return self._discard(lv, "bad_return", "reset() observation is not a str") or None
+        return obs
+
+    def _fetch_hint(self, lv: _Live) -> tuple[str | None, str]:
+        """(hint, source) of a hinted episode: the env's own `hint()` when asked for and usable (a non-empty
+        str), else the spec's fixed hint; (None, "") when neither is usable."""
+        if lv.spec.env_hint:
+            h = lv.session.hint()
+            if h.ok and isinstance(h.value, str) and h.value.strip():
+                return h.value.strip(), "env"
+        fixed = lv.spec.hint
+        if isinstance(fixed, str) and fixed.strip():
+            return fixed.strip(), "spec"
+        return None, ""
+
+    def _check_leak(self, lv: _Live) -> bool | None:
+        """Asks the sandbox whether the hint contains the answer; sets `hint_leaked` / `leak_check`.
+
+        Any failure is "unknown" (`leak_check="failed"`, not leaked). After a failed call the session is
+        reopened and reset with the same seed (the worker may have killed it; the episode is deterministic);
+        None when even that fails (the episode is then discarded)."""
+        ep = lv.ep
+        leaks = getattr(lv.session, "leaks", None)
+        res = leaks(ep.hint) if callable(leaks) else None
+        value = res.value if res is not None and res.ok else None
+        if isinstance(value, dict) and isinstance(value.get("leaked"), bool):
+            ep.hint_leaked = value["leaked"]
+            ep.leak_check = "leaked" if ep.hint_leaked else "clean"
+            return ep.hint_leaked
+        ep.leak_check = "failed"
+        if res is not None and not res.ok:  # the worker may have killed the episode process: replay it
+            self._close(lv)
+            if self._open_and_reset(lv) is None:
+                return None
+        return False
 
     def _record_reply(self, lv: _Live, reply: TurnReply) -> None:
         ep = lv.ep
@@ -352,9 +435,8 @@ class RolloutEngine:
         ep = lv.ep
         if not res.ok:
             if res.error == "timeout":
-                ep.rewards.append(self.config.step_timeout_reward)
                 result.failures["timeout"] += 1
-                self._finish(lv, "timeout", ret=self.config.step_timeout_reward)
+                self._finish(lv, "timeout")
                 return False
             result.failures[res.error or "exception"] += 1
             self._discard(lv, res.error or "exception", res.message)
@@ -370,6 +452,9 @@ class RolloutEngine:
         info = info if isinstance(info, dict) else {}
         if terminated or truncated:
             self._finish(lv, "terminated" if terminated else "truncated", won=info.get("won"))
+            return False
+        if lv.ep.turns >= self.config.max_turns:  # the env did not enforce the turn limit: truncated by us
+            self._finish(lv, "max_turns")
             return False
         limit = self.config.max_consecutive_format_errors
         if limit is not None and lv.consecutive_format_errors >= limit:
@@ -390,12 +475,11 @@ class RolloutEngine:
             ep.raw_logprobs += [0.0] * len(delta)
         return True
 
-    def _finish(self, lv: _Live, reason: str, *, won: Any = None, ret: float | None = None) -> None:
+    def _finish(self, lv: _Live, reason: str, *, won: Any = None) -> None:
+        """Ends the episode: only reason "terminated" counts the terminal reward (`episode_outcome`)."""
         ep = lv.ep
-        ep.end_reason = reason
-        total = sum(ep.rewards) if ret is None else ret
-        ep.episode_return = max(-1.0, min(1.0, total))
-        ep.won = bool(won) if isinstance(won, bool) else ep.episode_return >= 0.999
+        ep.end_reason, ep.terminated = reason, reason == "terminated"
+        ep.episode_return, ep.won = episode_outcome(ep.rewards, ep.terminated, won)
 
     def _discard(self, lv: _Live, error: str, message: str | None) -> bool:
         ep = lv.ep
