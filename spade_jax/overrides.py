@@ -103,6 +103,13 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
+def _is_tuple_type(typ: Any) -> bool:
+    """True for tuple, tuple[...] and unions holding one (e.g. `tuple[str, ...] | None`)."""
+    if typ is tuple or get_origin(typ) is tuple:
+        return True
+    return get_origin(typ) in (typing.Union, types.UnionType) and any(_is_tuple_type(a) for a in get_args(typ))
+
+
 def from_dict(cls: type, data: dict[str, Any]) -> Any:
     """Rebuilds a nested dataclass config from `to_dict` output (unknown keys are an error)."""
     hints = get_type_hints(cls)
@@ -114,7 +121,7 @@ def from_dict(cls: type, data: dict[str, Any]) -> Any:
         typ = hints[key]
         if dataclasses.is_dataclass(typ) and isinstance(value, dict):
             value = from_dict(typ, value)
-        elif get_origin(typ) is tuple or typ is tuple:
+        elif _is_tuple_type(typ) and isinstance(value, list | tuple):  # also `tuple[...] | None`
             value = tuple(tuple(v) if isinstance(v, list) else v for v in value)
         kwargs[key] = value
     return cls(**kwargs)

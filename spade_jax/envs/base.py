@@ -23,8 +23,10 @@ __all__ = [
     "TextEnv",
     "ToolEnv",
     "ToolError",
+    "canonical_action",
     "extract_answer",
     "extract_boxed",
+    "reference_boxed_answer",
     "parse_tool_call",
     "parse_tool_calls",
     "tool",
@@ -82,6 +84,41 @@ def extract_boxed(text: str) -> str | None:
         if not w or _balanced(found, found.index("{") + 1) != len(found) - 1:
             return found
         found = w.group(1).strip()
+
+
+# The reference's reading of a reply (spade/core/utils/parsing.py), kept for runs that must match it: the FIRST
+# box whose content has no braces (then `{{x}}`, then `{{{x}}}`), else the LAST box with balanced braces, with
+# up to two whole-content brace pairs removed.
+_REF_FLAT_RES = tuple(re.compile(r"\\boxed" + r"\{" * n + r"([^{}]+)" + r"\}" * n) for n in (1, 2, 3))
+
+
+def reference_boxed_answer(text: str) -> str | None:
+    """The boxed answer as the reference reads it (None when there is none); see `extract_boxed` for ours."""
+    if not isinstance(text, str) or not text:
+        return None
+    for pattern in _REF_FLAT_RES:
+        m = pattern.search(text)
+        if m:
+            return m.group(1).strip()
+    last = text.rfind("\\boxed")
+    brace = text.find("{", last) if last >= 0 else -1
+    if brace < 0:
+        return None
+    end = _balanced(text, brace + 1)
+    if end is None:
+        return None
+    content = text[brace + 1 : end].strip()
+    for _ in range(2):
+        if content.startswith("{") and content.endswith("}"):
+            content = content[1:-1].strip()
+    return content
+
+
+def canonical_action(text: str) -> str:
+    """What the reference passes to step(): `\\boxed{answer}` when the reply has a non-empty boxed answer,
+    else the stripped reply."""
+    answer = reference_boxed_answer(text)
+    return f"\\boxed{{{answer}}}" if answer else (text or "").strip()
 
 
 _TOOL_OPEN = "<tool_call>"

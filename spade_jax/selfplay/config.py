@@ -1,7 +1,9 @@
 """Dataclass configs of the self-play half of the cycle (corpus, memory, designer, hints, rollouts, rewards).
 
-Defaults are the paper's (16 + 16 plays, 25 turns, 16K designer / 8K agent tokens, temperature 0.6, hint
-temperature 0.3, 6,000-token grounding documents, archive of 200). `SelfPlayConfig.cpu()` is the small
+Defaults follow the paper's recipe where one value serves every model (16 + 16 plays, 25 turns, 16K designer
+tokens, temperature 0.6, hint temperature 0.3, grounding documents cut at 6,000 words, archive of 200); the
+paper run presets in `run_config.py` add the sampling filters (top_p 0.95, top_k 20), the observation wrapper
+and the per-script values (docs/recipe.md, generated from them). `SelfPlayConfig.cpu()` is the small
 preset that runs on a laptop CPU with SmolLM2-135M.
 """
 
@@ -11,6 +13,7 @@ import dataclasses
 from dataclasses import dataclass, field
 
 __all__ = [
+    "REFERENCE_OBSERVATION_TEMPLATE",
     "CorpusConfig",
     "DesignerConfig",
     "HintConfig",
@@ -19,6 +22,13 @@ __all__ = [
     "RolloutConfig",
     "SelfPlayConfig",
 ]
+
+# The reference's `qwen3_game` actor wrapper of a game's first observation (spade/core/orchestrator.py).
+REFERENCE_OBSERVATION_TEMPLATE = (
+    "You are playing a language game. Make valid actions to win.\n"
+    "Observation: {observation}\n"
+    "Please reason step by step, and put your final answer within \\boxed{{}}."
+)
 
 
 @dataclass
@@ -29,7 +39,10 @@ class CorpusConfig:
     text_field: str = "text"
     id_field: str = "id"
     seed: int = 42
-    max_doc_tokens: int = 6000
+    # The reference cuts documents at `--spade-corpus-max-doc-tokens` WHITESPACE WORDS (spade/core/corpus.py,
+    # text.split()); 0 = no word cut. `max_doc_tokens` is an extra cut in tokenizer tokens (0 = none).
+    max_doc_words: int = 6000
+    max_doc_tokens: int = 0
     min_doc_chars: int = 200
 
 
@@ -64,7 +77,9 @@ class DesignerConfig:
 
     max_new_tokens: int = 16384
     temperature: float = 0.6
-    top_p: float = 1.0
+    top_p: float = 1.0  # the paper presets: 0.95
+    top_k: int = 0  # 0 = off; the paper presets: 20
+    enable_thinking: bool = False  # Qwen3 templates: False renders the empty think block (`{"enable_thinking": false}`)
     on_invalid: str = "resample"
     max_resamples: int = 4
     max_repairs: int = 1
@@ -94,6 +109,9 @@ class HintConfig:
 
     source: str = "model"
     temperature: float = 0.3
+    top_p: float = 1.0  # the paper presets: 0.9 (the reference's hint call leaves top_p at its adapter default)
+    top_k: int = 0  # 0 = off (the reference's hints: slime's --rollout-top-k default, -1 = off)
+    enable_thinking: bool = False
     max_new_tokens: int = 256
     max_words: int = 100
     max_sentences: int = 3
@@ -109,7 +127,18 @@ class RolloutConfig:
     max_new_tokens_per_turn: int = 2048
     min_turn_tokens: int = 16
     temperature: float = 0.6
-    top_p: float = 1.0
+    top_p: float = 1.0  # the paper presets: 0.95
+    top_k: int = 0  # 0 = off; the paper presets: 20
+    enable_thinking: bool = False  # Qwen3 templates: False renders the empty think block
+    # The first observation of a game as the agent sees it ({observation}: the env's text, hint included);
+    # None = as is. The paper presets use the reference's `qwen3_game` wrapper (REFERENCE_OBSERVATION_TEMPLATE).
+    observation_template: str | None = None
+    # What step() receives: "raw" = the reply text; "reference" = the reference's parse_action: `\boxed{x}`
+    # with x its extract_boxed_answer (first flat box, else the last box), or the stripped reply without one.
+    action_parsing: str = "raw"
+    # Tool episodes: "auto" renders tool schemas (`tools=`) and results (`role: "tool"`) with the chat template
+    # when it supports them, else the env's textual tool list; "text" always the textual list.
+    tool_format: str = "auto"
     check_hint_leaks: bool = True
     max_consecutive_format_errors: int | None = None
     system_prompt: str | None = None
@@ -162,7 +191,7 @@ class SelfPlayConfig:
     skills_per_regen: int = 3
     train_agent_on_hinted: bool = False
     regen_interval: int = 4
-    designer_delay: int = 4
+    designer_delay: int = 4  # the reference's --spade-proposer-training-delay (4 games, 8 tool use)
     train_designer: bool = True
     designer_reward_scale: float = 0.0
     designer_reward_scale_max: float = 50.0

@@ -325,15 +325,27 @@ class Corpus:
         return int(self._iter.get_state().get("next_index", 0))
 
     def _truncate(self, record: dict) -> Document:
-        return truncate_document(record, self.config.max_doc_tokens, self.tokenizer)
+        cfg = self.config
+        return truncate_document(record, cfg.max_doc_tokens, self.tokenizer, max_words=cfg.max_doc_words)
 
 
-def truncate_document(record: dict, max_tokens: int, tokenizer: Any = None) -> Document:
-    """Document cut to `max_tokens` tokens (with a tokenizer) or about 4 characters per token (without)."""
-    text = record["text"]
+def truncate_words(text: str, max_words: int) -> tuple[str, bool]:
+    """The first `max_words` whitespace-separated words of `text`, joined by single spaces (the reference's
+    cut, spade/core/corpus.py), and whether anything was cut; text within the limit is returned unchanged."""
+    if max_words <= 0:
+        return text, False
+    words = text.split(maxsplit=max_words)
+    if len(words) <= max_words:
+        return text, False
+    return " ".join(words[:max_words]), True
+
+
+def truncate_document(record: dict, max_tokens: int, tokenizer: Any = None, *, max_words: int = 0) -> Document:
+    """Document cut to `max_words` words (0: no word cut), then to `max_tokens` tokens (with a tokenizer) or
+    about 4 characters per token (without); max_tokens <= 0 means no token cut."""
+    text, cut = truncate_words(record["text"], max_words)
     if max_tokens <= 0:
-        return Document(record["id"], text, record.get("source", ""), False)
-    cut = False
+        return Document(record["id"], text, record.get("source", ""), cut)
     if len(text) > 24 * max_tokens:  # no token covers more than ~24 chars in practice: cheap pre-cut
         text, cut = text[: 24 * max_tokens], True
     if tokenizer is None:

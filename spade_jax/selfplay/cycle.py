@@ -86,8 +86,9 @@ class SelfPlay:
         )  # fmt: skip
         self.hint_writer = HintWriter(sampler, tokenizer, config.hints, context_len=context or 4096)
         self.policy = agent_policy or ModelPolicy(
-            sampler, tokenizer, temperature=config.rollout.temperature, top_p=config.rollout.top_p, seed=config.seed
-        )
+            sampler, tokenizer, temperature=config.rollout.temperature, top_p=config.rollout.top_p,
+            top_k=config.rollout.top_k, seed=config.seed,
+        )  # fmt: skip
         self.engine = RolloutEngine(
             pool, self.policy, tokenizer, config.rollout, max_context=context, hint_template=config.hints.template
         )

@@ -190,7 +190,9 @@ class Designer:
     # --------------------------------------------------------------------------------- prompt budget
     def encode(self, messages: list[dict]) -> list[int]:
         """Token ids of the rendered chat prompt."""
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=True, enable_thinking=bool(self.config.enable_thinking)
+        )
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     @property
@@ -250,6 +252,7 @@ class Designer:
             max_new_tokens=self.max_new_tokens,
             temperature=self.config.temperature,
             top_p=self.config.top_p,
+            top_k=self.config.top_k,
             stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
             seed=self.seed * 1_000_003 + self.calls,
         )

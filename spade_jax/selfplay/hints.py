@@ -137,7 +137,10 @@ class HintWriter:
         text = source
         for _ in range(8):
             ids = self.tokenizer.encode(
-                self.tokenizer.apply_chat_template(hint_messages(text, kind)), add_special_tokens=False
+                self.tokenizer.apply_chat_template(
+                    hint_messages(text, kind), enable_thinking=bool(self.config.enable_thinking)
+                ),
+                add_special_tokens=False,
             )
             if len(ids) <= budget:
                 return ids
@@ -176,6 +179,8 @@ class HintWriter:
         params = SamplingParams(
             max_new_tokens=self.config.max_new_tokens,
             temperature=self.config.temperature,
+            top_p=self.config.top_p,
+            top_k=self.config.top_k,
             stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
             seed=seed,
         )

@@ -50,9 +50,18 @@ class Policy(Protocol):
 class ModelPolicy:
     """The language model as the agent: one `sampler.generate` call per group of equal budgets."""
 
-    def __init__(self, sampler: Any, tokenizer: Any, *, temperature: float = 0.6, top_p: float = 1.0, seed: int = 0):
+    def __init__(
+        self,
+        sampler: Any,
+        tokenizer: Any,
+        *,
+        temperature: float = 0.6,
+        top_p: float = 1.0,
+        top_k: int = 0,
+        seed: int = 0,
+    ):
         self.sampler, self.tokenizer = sampler, tokenizer
-        self.temperature, self.top_p, self.seed = temperature, top_p, seed
+        self.temperature, self.top_p, self.top_k, self.seed = temperature, top_p, top_k, seed
         self.calls = 0
 
     def act(self, requests: list[TurnRequest]) -> list[TurnReply]:
@@ -67,6 +76,7 @@ class ModelPolicy:
                 max_new_tokens=max_new,
                 temperature=self.temperature,
                 top_p=self.top_p,
+                top_k=self.top_k,
                 stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
                 stop_strings=stops,
                 seed=self.seed * 1_000_003 + self.calls,

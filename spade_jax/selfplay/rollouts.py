@@ -38,7 +38,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from spade_jax.envs.base import extract_answer, extract_boxed, parse_tool_calls
+from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
 from spade_jax.selfplay.config import RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
@@ -58,6 +58,7 @@ __all__ = [
 ]
 
 HINT, NO_HINT = "hint", "no_hint"
+ACTION_PARSINGS = ("raw", "reference")
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
 
 
@@ -225,7 +226,10 @@ class RolloutEngine:
         if workers is not None:  # a session holds its worker: more live episodes than workers would deadlock
             self.max_live = min(self.max_live, int(workers))
         self._executor = ThreadPoolExecutor(max_workers=self.max_live, thread_name_prefix="rollout")
+        if config.action_parsing not in ACTION_PARSINGS:
+            raise ValueError(f"rollout.action_parsing={config.action_parsing!r}; expected one of {ACTION_PARSINGS}")
         self._eos = tuple(getattr(tokenizer, "eos_ids", ()) or ())
+        self._chat_kwargs = {"enable_thinking": bool(config.enable_thinking)}
         self._turn_pieces = self._template_pieces() if tokenizer is not None else None
 
     # ---------------------------------------------------------------------------- chat template glue
@@ -236,13 +240,13 @@ class RolloutEngine:
             {"role": "assistant", "content": _ASSISTANT_MARK},
             {"role": "user", "content": _OBS_MARK},
         ]
-        rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True)
+        rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, **self._chat_kwargs)
         after = rendered.split(_ASSISTANT_MARK, 1)[1]
         between, tail = after.split(_OBS_MARK, 1)
         return between, tail
 
     def _first_prompt(self, messages: list[dict]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True)
+        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **self._chat_kwargs)
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     def _observation_ids(self, reply_ids: list[int], observation: str) -> list[int]:
@@ -315,7 +319,7 @@ class RolloutEngine:
                     else:
                         stepping.append((lv, reply))
             t = time.perf_counter()
-            steps = list(self._executor.map(lambda a: a[0].session.step(a[1].text), stepping))
+            steps = list(self._executor.map(lambda a: a[0].session.step(self._action(a[0], a[1].text)), stepping))
             for (lv, reply), res in zip(stepping, steps):
                 if not self._apply_step(lv, reply, res, result):
                     done.append(lv)
@@ -326,6 +330,12 @@ class RolloutEngine:
         result.episodes = [lv.ep for lv in lives]
         result.wall_s = time.perf_counter() - t_start
         return result
+
+    def _action(self, lv: _Live, text: str) -> str:
+        """What step() receives for a reply (see RolloutConfig.action_parsing; tool episodes always get the text)."""
+        if self.config.action_parsing == "reference" and lv.spec.kind != "tool":
+            return canonical_action(text)
+        return text
 
     def _release(self, lives: list[_Live]) -> None:
         """Closes finished episodes' sessions in parallel, handing their workers back to the pool."""
@@ -347,6 +357,7 @@ class RolloutEngine:
             if self.config.check_hint_leaks and self._check_leak(lv) is None:
                 return False
         first = inject_hint(obs, ep.hint, self.hint_template) if spec.condition == HINT else obs
+        first = wrap_observation(first, self.config.observation_template, spec.kind)
         if self.config.system_prompt:
             ep.messages.append({"role": "system", "content": self.config.system_prompt})
         ep.messages.append({"role": "user", "content": first})
@@ -499,6 +510,14 @@ class RolloutEngine:
     def close(self) -> None:
         """Stops the engine's threads."""
         self._executor.shutdown(wait=True)
+
+
+def wrap_observation(observation: str, template: str | None, kind: str = "game") -> str:
+    """A game's first observation in `template` (RolloutConfig.observation_template); tool episodes and
+    template None keep it as is (the reference wraps game observations only)."""
+    if not template or kind == "tool":
+        return observation
+    return template.format(observation=observation)
 
 
 def _well_formed(text: str, kind: str) -> bool:
