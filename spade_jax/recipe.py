@@ -118,6 +118,12 @@ FACTS: tuple[Fact, ...] = (
     Fact("--kl-loss-coef (low_var_kl)", _v(0.005, g4b=0.0, g30b=0.0), "learner.kl_coef"),
     Fact("--entropy-coef", _v(0.0), "learner.entropy_coef"),
     Fact("--disable-grpo-std-normalization", _v("none"), "loop.role_norm"),
+    Fact("--spade-reward-normalization grpo (agent z-score per game)", _v(True), "loop.agent_group_std"),
+    Fact("--spade-auto-compute-env-reward-scale (0 = auto)", _v(0.0), "selfplay.designer_reward_scale"),
+    Fact("--spade-max-env-reward-scale (default)", _v(50.0), "selfplay.designer_reward_scale_max"),
+    Fact("max_attempts of a game generation (spade_rollout.py)", _v(5), "selfplay.designer.max_attempts"),
+    Fact("env_repair_turns (default 0: resample)", _v("resample"), "selfplay.designer.on_invalid"),
+    Fact("--spade-no-train-on-env-trajectories (not set)", _v(True), "selfplay.train_designer"),
     Fact("--use-tis", _v("on"), "learner.is_cap", "always on in ours; is_cap is the truncation C"),
     Fact(
         "--global-batch-size",

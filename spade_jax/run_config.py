@@ -172,7 +172,7 @@ def _paper(
             envs_per_step=24,
             kinds=(kind,),
             skills=None if tool else PAPER_GAME_SKILLS,
-            skills_per_regen=3,
+            skills_per_regen=0 if tool else 3,  # 0: every skill each round
             regen_interval=interval,
             designer_delay=interval,
             corpus=CorpusConfig(max_doc_words=4000 if tool else 6000, seed=42),
