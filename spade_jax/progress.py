@@ -13,9 +13,11 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 # Metrics shown after each step, when present (short label -> metric name).
 SHOWN = {
     "valid": "design/valid_frac",
-    "regret": "env/regret_mean",
-    "win(no hint)": "env/win_rate_no_hint_mean",
-    "win(hint)": "env/win_rate_hint_mean",
+    "regret": "env/regret_mean",  # at the steps that close a design round
+    "win(no hint)": "rollout/win_rate_no_hint",
+    "win(hint)": "rollout/win_rate_hint",
+    "trained agent": "train/agent_samples",
+    "designer": "train/designer_samples",
     "loss": "train/loss",
     "eval": "eval/win_rate",
 }

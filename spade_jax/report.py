@@ -14,6 +14,8 @@ PANELS: dict[str, tuple[str, ...]] = {
     "Generated environments (valid fraction, failures by gate)": ("design/valid_frac", "design/failed_"),
     "Agent win rate": ("rollout/win_rate", "eval/win_rate", "warmstart/valid_rate"),
     "Regret and designer reward": ("env/regret_mean", "env/designer_reward_mean"),
+    "Samples trained per role": ("train/agent_samples", "train/designer_samples"),
+    "Share of samples without signal (dropped)": ("train/agent_dropped_frac", "train/designer_dropped_frac"),
     "Learner loss": ("train/loss", "train/pg_loss", "warmstart/loss"),
     "Clipping and importance weights": ("train/clip_frac", "train/is_"),
     "Throughput (tokens/s)": ("perf/",),

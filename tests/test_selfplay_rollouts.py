@@ -156,7 +156,8 @@ def test_timeout_crash_and_context_overflow(pool, tokenizer):
     result = engine.run(specs)
     engine.close()
     hang, boom, wait, nobox = result.episodes
-    assert hang.end_reason == "timeout" and hang.episode_return == -0.5 and not hang.discarded
+    # a hang is the environment's fault: return 0 (not terminated); the self-play step never trains on it
+    assert hang.end_reason == "timeout" and hang.episode_return == 0.0 and not hang.terminated
     assert boom.discarded and boom.error == "exception" and "kaboom" in boom.messages[-1]["content"]
     assert result.failures["timeout"] == 1 and result.failures["exception"] == 1
     for ep in (wait, nobox):  # never-ending episodes stop cleanly at the token budget
