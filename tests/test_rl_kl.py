@@ -43,7 +43,7 @@ def test_kl_pulls_the_policy_back_to_the_reference():
     move back toward the policy the learner was built with: each step lowers the KL (before the fix: no `kl`,
     a zero loss, and the params did not move)."""
     model = _model()
-    learner = Learner(model, LearnerConfig(lr=3e-3, weight_decay=0.0, kl_coef=0.5, micro_batch_size=2))
+    learner = Learner(model, LearnerConfig(lr=3e-3, weight_decay=0.0, kl_coef=0.5))
     _perturb(model)
     batch = _batch(zero_adv=True)
     start, kls = _params(model), []
