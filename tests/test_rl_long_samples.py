@@ -64,7 +64,7 @@ def test_train_on_takes_a_sample_past_16k_tokens(monkeypatch):
     is dropped and counted (before the fix: ValueError out of the loop)."""
     cfg = RUN_PRESETS["paper-qwen3-4b"]()
     samples = [_long(16_400), _long(cfg.max_total_len + 1), _long(500, role=0)]
-    monkeypatch.setattr(loop, "to_train_samples", lambda batch: (list(batch), {"train/samples": 3.0}))
+    monkeypatch.setattr(loop, "to_train_samples", lambda batch, *_: (list(batch), {"train/samples": 3.0}))
     learner = _RecordingLearner()
     stats = loop.train_on(_parts(cfg, learner), samples)
     assert stats["train/dropped_too_long"] == 1.0 and stats["train/skipped"] == 0.0
@@ -77,7 +77,7 @@ def test_tiny_model_drops_a_sample_longer_than_max_total_len(monkeypatch):
     short = [Sample(rng.integers(1, 40, 5).tolist(), rng.integers(1, 40, 8).tolist(), advantage=a, role=0)
              for a in (1.0, -1.0)]  # fmt: skip
     too_long = Sample([3] * 200, [4] * 57, advantage=1.0, role=0)  # 257 > 256
-    monkeypatch.setattr(loop, "to_train_samples", lambda batch: (list(batch), {}))
+    monkeypatch.setattr(loop, "to_train_samples", lambda batch, *_: (list(batch), {}))
     learner = Learner(_model(), cfg.learner)
     stats = loop.train_on(_parts(cfg, learner), [*short, too_long])
     assert stats["train/dropped_too_long"] == 1.0 and stats["train/skipped"] == 0.0
