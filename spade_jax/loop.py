@@ -23,7 +23,7 @@ from spade_jax.checkpoint import Checkpointer
 from spade_jax.metrics import MetricsLogger
 from spade_jax.report import write_report
 from spade_jax.rl.advantages import group_advantages, group_stats
-from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, Sample, pack_sequences
+from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, Sample, pack_sequences, split_trainable
 from spade_jax.run_config import LoopConfig, RunConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
@@ -164,19 +164,20 @@ def evaluate(parts: Parts, step: int) -> dict[str, float]:
 
 def _checkpoint(parts: Parts, ckpt: Checkpointer, step: int) -> None:
     state = parts.learner.get_state()
+    trees = {k: v for k, v in state.items() if k != "step"}  # params, opt_state (+ ref_params with KL)
     meta = {
         "step": step,
         "learner_step": int(state["step"]),
         "selfplay": parts.selfplay.get_state(),
         "config": parts.cfg.to_json(),
     }
-    ckpt.save(step, {"params": state["params"], "opt_state": state["opt_state"]}, meta)
+    ckpt.save(step, trees, meta)
 
 
 def _restore(parts: Parts, ckpt: Checkpointer) -> int:
     state = parts.learner.get_state()
-    trees, meta = ckpt.restore(None, {"params": state["params"], "opt_state": state["opt_state"]})
-    parts.learner.set_state({"params": trees["params"], "opt_state": trees["opt_state"], "step": meta["learner_step"]})
+    trees, meta = ckpt.restore(None, {k: v for k, v in state.items() if k != "step"})
+    parts.learner.set_state({**trees, "step": meta["learner_step"]})
     parts.sampler.update_model(parts.learner.model)
     parts.selfplay.set_state(meta["selfplay"])
     return int(meta["step"])
@@ -185,10 +186,13 @@ def _restore(parts: Parts, ckpt: Checkpointer) -> int:
 def train_on(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
     """One learner step on a self-play batch (skipped when no group carries signal)."""
     samples, stats = to_train_samples(batch, parts.cfg.loop)
+    buckets = parts.cfg.learner.length_buckets_for(parts.cfg.max_total_len)
+    samples, dropped = split_trainable(samples, max(buckets))  # longer than any bucket: counted, not trained
+    stats["train/dropped_too_long"] = float(dropped)
     if not samples:
         return {**stats, "train/skipped": 1.0}
     t0 = time.perf_counter()
-    tb = pack_sequences(samples, pad_id=getattr(parts.tokenizer, "pad_id", None) or 0)
+    tb = pack_sequences(samples, length_buckets=buckets, pad_id=getattr(parts.tokenizer, "pad_id", None) or 0)
     metrics = parts.learner.train_step(tb)
     parts.sampler.update_model(parts.learner.model)
     dt = time.perf_counter() - t0

@@ -109,20 +109,23 @@ def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dic
     samples += designer_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed)
     limit = parts.cfg.max_total_len
     samples = [s for s in samples if len(s) <= limit]
-    # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments.
+    # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments
+    # (and no KL reference of its own: kl_coef 0 keeps it from copying the params).
     rl = parts.learner
-    sft = Learner(rl.model, dataclasses.replace(rl.config, lr=cfg.lr, schedule="constant", warmup_steps=0),
-                  mesh=rl.mesh, rules=rl.rules)  # fmt: skip
+    sft_cfg = dataclasses.replace(rl.config, lr=cfg.lr, schedule="constant", warmup_steps=0, kl_coef=0.0)
+    sft = Learner(rl.model, sft_cfg, mesh=rl.mesh, rules=rl.rules)
+    buckets = rl.config.length_buckets_for(limit)
     losses = []
     for _ in range(cfg.epochs):
         rng.shuffle(samples)
         for i in range(0, len(samples), cfg.batch_size):
-            batch = pack_sequences(samples[i : i + cfg.batch_size])
+            batch = pack_sequences(samples[i : i + cfg.batch_size], length_buckets=buckets)
             metrics = sft.sft_step(batch)
             losses.append(float(metrics.get("loss", metrics.get("sft_loss", 0.0))))
             if progress is not None:
                 progress.console.log(f"  warm start batch {len(losses)}: loss={losses[-1]:.3f}")
     del sft
+    rl.freeze_reference()  # the KL reference (kl_coef > 0) is the policy RL starts from, after the warm start
     parts.sampler.update_model(rl.model)
     if cfg.probe_designs:
         figures["warmstart/valid_rate_after"] = valid_rate(sp, cfg.probe_designs, step=-1)

@@ -91,6 +91,26 @@ def bucket(n: int, buckets: Sequence[int]) -> int:
     return -(-n // top) * top
 
 
+def length_buckets_for(max_len: int, smallest: int = 128) -> tuple[int, ...]:
+    """Learner row lengths that cover samples up to `max_len` tokens (a run's `max_total_len`): powers of two
+    from `smallest` below it, then `max_len` rounded up to a multiple of 128 as the largest bucket."""
+    if max_len < 1:
+        raise ValueError(f"max_len must be positive, got {max_len}")
+    top = -(-max_len // 128) * 128
+    out, n = [], smallest
+    while n < top:
+        out.append(n)
+        n *= 2
+    return (*out, top)
+
+
+def split_trainable(samples: Sequence[Sample | Mapping[str, Any]], max_len: int) -> tuple[list[Any], int]:
+    """(samples of at most `max_len` tokens in input order, how many longer ones were dropped): what the loop
+    calls before `pack_sequences`, so a sample that no length bucket holds is counted, never a crash."""
+    kept = [s for s in samples if len(Sample.coerce(s)) <= max_len]
+    return kept, len(samples) - len(kept)
+
+
 def _sample_arrays(s: Sample, index: int) -> dict[str, np.ndarray]:
     """Per-token arrays for one sample, aligned with its tokens."""
     p, c = len(s.prompt_ids), len(s.completion_ids)
@@ -124,8 +144,9 @@ def pack_sequences(
     The row length L is the smallest length bucket that holds the longest sample; with `pack`, shorter
     samples of the same role share rows (first-fit, longest first), otherwise one sample per row. The row
     count is rounded up to a batch bucket with empty rows (all masks 0, role -1), so the learner compiles
-    once per (length bucket, micro-batch) pair. Raises ValueError for a sample longer than the largest
-    length bucket.
+    once per (length bucket, micro-batch) pair; past the largest batch bucket the row count is the next
+    multiple of it (e.g. 65 rows -> 128 with the defaults). Raises ValueError for a sample longer than the
+    largest length bucket: drop those first with `split_trainable(samples, max(length_buckets))`.
     """
     if not samples:
         raise ValueError("pack_sequences: no samples")

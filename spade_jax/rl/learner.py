@@ -22,7 +22,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spade_jax.model.sharding import DEFAULT_RULES, ShardingRules, activation_sharding, param_shardings, use_rules
-from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
+from spade_jax.rl.batch import ROLE_NAMES, TrainBatch, length_buckets_for
 from spade_jax.rl.losses import cross_entropy_loss, policy_loss, token_logprobs
 
 SCHEDULES = ("constant", "cosine", "linear")
@@ -54,12 +54,20 @@ class LearnerConfig:
     clip_low: float = 0.2
     clip_high: float = 0.28
     is_cap: float = 2.0  # truncation C of the sampler->learner importance weight
+    # Low-variance (k3) KL to a frozen reference: the policy when the Learner was built, or when
+    # `freeze_reference()` was last called (the loop's warm start does, so it is the policy RL starts from).
+    # The reference params (one more copy of the params) are kept only when kl_coef > 0.
     kl_coef: float = 0.0
     entropy_coef: float = 0.0
     compute_entropy: bool = True  # entropy metric (costs one extra pass over the logits)
     donate: bool = True
+    length_buckets: tuple[int, ...] = ()  # learner row lengths; (): derived from the run's max_total_len
 
     def __post_init__(self) -> None:
+        if any(int(b) < 1 for b in self.length_buckets):
+            raise ValueError(f"length_buckets={self.length_buckets!r}: every bucket must be positive")
+        if self.kl_coef < 0:
+            raise ValueError(f"kl_coef={self.kl_coef} must be >= 0")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}; expected one of {SCHEDULES}")
         if self.remat_policy not in REMAT_POLICIES:
@@ -68,6 +76,10 @@ class LearnerConfig:
             raise ValueError("micro_batch_size must be >= 0 and grad_accum_steps >= 1")
         if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
             raise ValueError(f"schedule={self.schedule!r} needs total_steps > warmup_steps")
+
+    def length_buckets_for(self, max_total_len: int) -> tuple[int, ...]:
+        """The configured `length_buckets`, or powers of two up to `max_total_len` (see `rl.batch`)."""
+        return tuple(sorted(self.length_buckets)) or length_buckets_for(max_total_len)
 
 
 def make_schedule(cfg: LearnerConfig) -> optax.Schedule:
@@ -152,6 +164,10 @@ class Learner:
     traces happened. With a `mesh` (Auto axes, e.g. `spade_jax.model.sharding.make_mesh`), params that are
     not already on it are placed by the logical-axis `rules` (default FSDP + tensor), the optimizer state
     follows them, batch rows are split over the "batch" activation axes, and each step keeps those layouts.
+
+    With `kl_coef > 0` the learner holds a frozen reference (a copy of the params, same shardings, never
+    donated) and, when a batch brings no `ref_logprobs`, computes them itself in `train_step`: one extra
+    forward per micro-batch without gradient (a separate jitted program, one more compile per shape).
     """
 
     def __init__(
@@ -198,6 +214,8 @@ class Learner:
             self._fused_fn, static_argnames="kind", donate_argnums=(0, 2) if donate else (), **jit_kw["fused"]
         )
         self._logp = jax.jit(self._logp_fn)
+        self._ref_params: nnx.State | None = None
+        self.freeze_reference()
 
     # ----- state -----
 
@@ -218,15 +236,37 @@ class Learner:
         _, params, rest = nnx.split(self.model, nnx.Param, ...)
         return params, rest
 
+    def freeze_reference(self) -> None:
+        """Snapshots the current params as the frozen KL reference (kl_coef > 0 only; otherwise stores nothing).
+
+        The snapshot is a copy with the params' own shardings, so donating the policy's arrays in a step never
+        touches it. Taken once at construction; call again after any phase that should count as the starting
+        policy (the warm start does)."""
+        self._ref_params = None  # free the previous snapshot before taking the next one
+        if self.config.kl_coef > 0:
+            params, _ = self._split()
+            self._ref_params = jax.tree.map(lambda x: jax.device_put(x, x.sharding, may_alias=False), params)
+
+    @property
+    def has_reference(self) -> bool:
+        return self._ref_params is not None
+
     def get_state(self) -> dict[str, Any]:
-        """Params, optimizer state and step, for checkpointing."""
-        return {"params": nnx.state(self.model, nnx.Param), "opt_state": self.opt_state, "step": self.step}
+        """Params, optimizer state and step, for checkpointing; plus `ref_params` (the frozen KL reference)
+        when one is held (kl_coef > 0). Every key but `step` is an array tree."""
+        state = {"params": nnx.state(self.model, nnx.Param), "opt_state": self.opt_state, "step": self.step}
+        if self._ref_params is not None:
+            state["ref_params"] = self._ref_params
+        return state
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Restores what `get_state` returned (arrays are used as given: put them on the right devices first)."""
+        """Restores what `get_state` returned (arrays are used as given: put them on the right devices first).
+        A state without `ref_params` keeps the reference this learner holds."""
         nnx.update(self.model, state["params"])
         self.opt_state = state["opt_state"]
         self.step = int(state["step"])
+        if self.config.kl_coef > 0 and state.get("ref_params") is not None:
+            self._ref_params = state["ref_params"]
 
     @property
     def learning_rate(self) -> float:
@@ -271,7 +311,7 @@ class Learner:
         for role, name in ROLE_NAMES.items():
             role_mask = batch.loss_mask * (batch.roles[:, None] == role)
             _, m = policy_loss(logp_sg, *args, role_mask, **kw, entropy=ent_sg, normalizer=norms[name])
-            for key in ("pg_loss", "entropy", "clip_frac_low", "clip_frac_high", "is_weight_mean"):
+            for key in ("pg_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean"):
                 if key in m:
                     metrics[f"{name}/{key}"] = m[key]
         return loss, metrics
@@ -352,10 +392,18 @@ class Learner:
         rows = batch.tokens.shape[0]
         norms = self._norms(batch)
         params, rest = self._split()
+        with_ref = kind == "rl" and self._ref_params is not None and batch.ref_logprobs is None
+
+        def put(part: TrainBatch) -> TrainBatch:
+            part = self._put(part)
+            if with_ref:  # the frozen reference's log-probs for the KL term (no gradient, not donated)
+                part = part.replace(ref_logprobs=self._logp(self._ref_params, rest, part))
+            return part
+
         with self._context():
             if rows == micro:
                 params, self.opt_state, metrics, grad_norm = self._fused(
-                    params, rest, self.opt_state, self._put(batch), norms, kind=kind
+                    params, rest, self.opt_state, put(batch), norms, kind=kind
                 )
                 all_metrics = [metrics]
             else:
@@ -364,7 +412,7 @@ class Learner:
                     part = batch.rows(start, start + micro)
                     if acc is not None and not _host(part.loss_mask).any():
                         continue  # only padding rows (to a batch bucket): no gradient, no metrics
-                    acc, metrics = self._micro(params, rest, acc, self._put(part), norms, kind)
+                    acc, metrics = self._micro(params, rest, acc, put(part), norms, kind)
                     all_metrics.append(metrics)
                 params, self.opt_state, grad_norm = self._apply(params, self.opt_state, acc)
         nnx.update(self.model, params)
@@ -379,7 +427,9 @@ class Learner:
         return out
 
     def train_step(self, batch: TrainBatch) -> dict[str, float]:
-        """One optimizer update of the clipped policy-gradient loss over the whole batch; returns metrics."""
+        """One optimizer update of the clipped policy-gradient loss over the whole batch; returns metrics
+        (with `kl`, the k3 KL to the reference per trained token, when kl_coef > 0 or the batch has
+        `ref_logprobs`)."""
         return self._run(batch, "rl")
 
     def sft_step(self, batch: TrainBatch) -> dict[str, float]:
