@@ -175,6 +175,13 @@ def test_textual_tool_list_stays_for_chatml_text_format_and_bare_envs(pool, toke
 
 
 def test_tool_format_is_validated(tokenizer):
+    from spade_jax.overrides import ConfigError
+    from spade_jax.run_config import load_run_config
+
+    assert load_run_config("paper-qwen3-4b-tool").selfplay.rollout.tool_format == "auto"
+    assert load_run_config("paper-qwen3-4b-tool", ["selfplay.rollout.tool_format=text"]).selfplay.rollout.tool_format
+    with pytest.raises(ConfigError, match="tool_format"):
+        load_run_config("paper-qwen3-4b-tool", ["selfplay.rollout.tool_format=xml"])
     with pytest.raises(ValueError, match="tool_format"):
         RolloutEngine(SimpleNamespace(num_workers=1), ScriptedPolicy(str), tokenizer, RolloutConfig(tool_format="xml"))
     with pytest.raises(ValueError, match="bfcl_tool_format"):

@@ -11,6 +11,13 @@ Returns and wins follow `spade_jax.envs.outcome.episode_outcome`: the terminal r
 counted only when the environment terminated the episode; 0 (and never a win) when it was truncated by the
 environment, the turn limit or the context/token budget. The step rewards stay on the episode for logging.
 
+Tool episodes (`RolloutConfig.tool_format`): with "auto" and a chat template that renders tools (probed once per
+template, `Tokenizer.supports_tools`), the first prompt is the task (reset's `info["task"]` plus its
+`instructions`) with the schemas (`info["tools"]`) given to the template as `tools=`, and the results of a reply's
+tool calls come back as `role: "tool"` messages, whose tokens are the template's own text around a tool message
+(as for user messages, probed once); any other observation stays a user message. An env that gives no schemas
+apart from its text, a template without tool support (SmolLM2's ChatML) and "text" keep the env's textual list.
+
 Hints: a hinted episode gets its spec's fixed hint (model-written) or, with `env_hint`, the environment's own
 `hint()` (the fixed hint is the fallback). When neither gives a non-empty str, the hinted episode is
 DISCARDED before its first turn (`error="hint_failed"`, `hint_failed=True`, counted): a "hinted" play without
@@ -40,7 +47,7 @@ from typing import Any
 
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
-from spade_jax.selfplay.config import RolloutConfig
+from spade_jax.selfplay.config import TOOL_FORMATS, RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
 
@@ -59,7 +66,6 @@ __all__ = [
 
 HINT, NO_HINT = "hint", "no_hint"
 ACTION_PARSINGS = ("raw", "reference")
-TOOL_FORMATS = ("auto", "text")
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
 # Stands in for an episode's tool schemas when the template pieces around a message are probed.
 _PIECE_TOOLS = [{"type": "function", "function": {"name": "probe", "description": "Probe.",
