@@ -13,6 +13,7 @@ from spade_jax.rl.advantages import ROLE_NORMS
 from spade_jax.rl.learner import LearnerConfig
 from spade_jax.selfplay.config import (
     REFERENCE_OBSERVATION_TEMPLATE,
+    TOOL_FORMATS,
     CorpusConfig,
     DesignerConfig,
     HintConfig,
@@ -260,4 +261,7 @@ def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str 
         raise ConfigError(f"learner: {e}") from None
     if cfg.loop.steps < 0 or cfg.num_workers < 1:
         raise ConfigError("loop.steps must be >= 0 and num_workers >= 1")
+    if cfg.selfplay.rollout.tool_format not in TOOL_FORMATS:
+        fmt = cfg.selfplay.rollout.tool_format
+        raise ConfigError(f"selfplay.rollout.tool_format={fmt!r}; expected one of {TOOL_FORMATS}")
     return cfg

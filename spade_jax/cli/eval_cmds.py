@@ -40,6 +40,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--workers", type=int, default=2, help="sandbox workers")
     p.add_argument("--bfcl-max-steps", type=int, default=20, help="agent steps per BFCL turn (BFCL: 20)")
     p.add_argument("--bfcl-compact-docs", action="store_true", help="short tool docs (for small contexts)")
+    p.add_argument(
+        "--bfcl-tool-format",
+        choices=("auto", "text"),
+        default="auto",
+        help="auto: the chat template renders tools and tool results when it can; text: a JSON tool list",
+    )
     p.add_argument("--games-max-turns", type=int, default=30, help="replies per game before it counts as lost")
     p.add_argument("--out", default=None, help="results JSON (default: eval_results/<model>-<time>.json)")
     p.set_defaults(func=_eval)
@@ -126,6 +132,7 @@ def _eval(args: argparse.Namespace) -> int:
         options={
             "bfcl_max_steps": args.bfcl_max_steps,
             "bfcl_compact_docs": args.bfcl_compact_docs,
+            "bfcl_tool_format": args.bfcl_tool_format,
             "games_max_turns": args.games_max_turns,
             "chunk": args.batch_size,
         },  # fmt: skip

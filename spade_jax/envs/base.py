@@ -19,6 +19,7 @@ __all__ = [
     "ContractError",
     "GameEnv",
     "KINDS",
+    "TOOL_INSTRUCTIONS",
     "ReasoningEnv",
     "TextEnv",
     "ToolEnv",
@@ -429,6 +430,12 @@ def _coerce(value: Any, kind: str) -> Any:
     return value
 
 
+TOOL_INSTRUCTIONS = (
+    'Call one tool per turn with <tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>. '
+    "When done, reply <answer>...</answer>."
+)
+
+
 class ToolEnv(TextEnv):
     """Multi-turn tool use against a simulated backend.
 
@@ -534,14 +541,14 @@ class ToolEnv(TextEnv):
         )
 
     def reset(self, seed: int | None = None) -> tuple[str, dict]:
+        """The observation is the task, the textual tool list and the protocol line; `info` also carries them
+        apart (`task`, `tools` as OpenAI function schemas, `instructions`) so that a runner whose chat template
+        renders tools natively can show the schemas its own way instead of the textual list."""
         task, info = super().reset(seed)
-        lines = [json.dumps(s["function"], separators=(",", ":")) for s in self.tool_schemas()]
-        obs = (
-            f"{task}\n\nTools:\n" + "\n".join(lines) + "\n\nCall one tool per turn with "
-            '<tool_call>{"name": "<tool>", "arguments": {...}}</tool_call>. '
-            "When done, reply <answer>...</answer>."
-        )
-        info["tools"] = self.tool_schemas()
+        schemas = self.tool_schemas()
+        lines = [json.dumps(s["function"], separators=(",", ":")) for s in schemas]
+        obs = f"{task}\n\nTools:\n" + "\n".join(lines) + f"\n\n{TOOL_INSTRUCTIONS}"
+        info.update(task=task, tools=schemas, instructions=TOOL_INSTRUCTIONS)
         return obs, info
 
     # Helpers for reference/random policies --------------------------------------------------------

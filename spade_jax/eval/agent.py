@@ -2,8 +2,10 @@
 
 `ChatModel` wraps a `Sampler` (greedy by default, so a score is reproducible; temperature sampling when a suite
 asks for k > 1 samples); conversations that do not fit the sampler's context get an empty reply with
-finish reason "context" instead of failing the batch. `ScriptedModel` answers with a Python function (tests,
-ground-truth baselines).
+finish reason "context" instead of failing the batch. `tools` (one schema list per conversation, or None) go to
+the chat template (`tools=`); `supports_tools` says whether the template renders them and `role: "tool"`
+messages (callers fall back to a textual tool list when it does not). `ScriptedModel` answers with a Python
+function (tests, ground-truth baselines).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class EvalModel(Protocol):
     """Anything that answers a batch of chat conversations."""
 
     name: str
+    supports_tools: bool
 
     def chat(
         self,
@@ -37,6 +40,7 @@ class EvalModel(Protocol):
         stop_strings: Sequence[str] = (),
         temperature: float | None = None,
         seed: int = 0,
+        tools: Sequence[Sequence[dict] | None] | None = None,
     ) -> list[Reply]: ...
 
 
@@ -48,6 +52,12 @@ class ChatModel:
         self.temperature, self.batch_size = float(temperature), int(batch_size)
         self.generated_tokens = 0
 
+    @property
+    def supports_tools(self) -> bool:
+        """True when the sampler's chat template renders `tools=` and `role: "tool"` messages."""
+        probe = getattr(self.sampler.tokenizer, "supports_tools", None)
+        return bool(probe()) if callable(probe) else False
+
     def chat(
         self,
         conversations: Sequence[Sequence[dict]],
@@ -56,11 +66,15 @@ class ChatModel:
         stop_strings: Sequence[str] = (),
         temperature: float | None = None,
         seed: int = 0,
+        tools: Sequence[Sequence[dict] | None] | None = None,
     ) -> list[Reply]:
         from spade_jax.sampling import SamplingParams
 
         temp = self.temperature if temperature is None else float(temperature)
-        prompts = [self.sampler.render_chat(list(c)) for c in conversations]
+        if tools is not None and len(tools) != len(conversations):
+            raise ValueError(f"{len(tools)} tool lists for {len(conversations)} conversations")
+        per = list(tools) if tools is not None else [None] * len(conversations)
+        prompts = [self.sampler.render_chat(list(c), tools=list(t) if t else None) for c, t in zip(conversations, per)]
         limit = int(getattr(self.sampler, "max_total_len", 1 << 30))
         out: list[Reply | None] = [None] * len(prompts)
         todo = []
@@ -87,13 +101,15 @@ class ChatModel:
 
 
 class ScriptedModel:
-    """Answers each conversation with `fn(messages) -> text` (for tests and reference baselines)."""
+    """Answers each conversation with `fn(messages) -> text` (for tests and reference baselines); it renders no
+    template, so by default callers give it the textual tool list (`supports_tools=True` to test the other)."""
 
-    def __init__(self, fn: Callable[[list[dict]], str], name: str = "scripted"):
-        self.fn, self.name = fn, name
+    def __init__(self, fn: Callable[[list[dict]], str], name: str = "scripted", *, supports_tools: bool = False):
+        self.fn, self.name, self.supports_tools = fn, name, supports_tools
         self.calls = 0
 
-    def chat(self, conversations, *, max_new_tokens: int, stop_strings=(), temperature=None, seed: int = 0):
+    def chat(self, conversations, *, max_new_tokens: int, stop_strings=(), temperature=None, seed: int = 0,
+             tools=None):  # fmt: skip
         self.calls += 1
         return [Reply(self.fn(list(c))) for c in conversations]
 

@@ -1,10 +1,13 @@
 """BFCL v4 multi-turn suites: our agent plays each entry turn by turn against BFCL's backends in the sandbox.
 
 Per turn the agent may take several steps; each step's `<tool_call>` blocks become BFCL call strings, run on
-the agent's backend instances, and their results come back as the next message. A reply without a tool call
-ends the turn (as in BFCL), then BFCL's state and response checks run against the ground truth. Held-out
-functions (miss_func) join the tool list at their turn with BFCL's own message. An entry that needs more than
-`max_steps` steps in a turn is force-terminated and fails, as in BFCL (its limit is 20).
+the agent's backend instances, and their results come back as the next message(s). Tool format (option
+`bfcl_tool_format`): "auto" (default) gives the function schemas to the model's chat template (`tools=`) and
+the results as `role: "tool"` messages when the template renders both (`supports_tools` on the model), else,
+like "text", lists the schemas as JSON lines in the system prompt and returns results in one user message.
+A reply without a tool call ends the turn (as in BFCL), then BFCL's state and response checks run against the
+ground truth. Held-out functions (miss_func) join the tool list at their turn with BFCL's own message. An entry
+that needs more than `max_steps` steps in a turn is force-terminated and fails, as in BFCL (its limit is 20).
 """
 
 from __future__ import annotations
@@ -28,18 +31,20 @@ from spade_jax.eval.bfcl_data import (
 )
 from spade_jax.eval.core import EvalContext, ItemResult, SuiteResult, standard_metrics
 
-__all__ = ["BfclSuite", "SYSTEM_PROMPT", "ground_truth_check"]
+__all__ = ["BfclSuite", "INSTRUCTIONS", "SYSTEM_PROMPT", "TOOL_FORMATS", "ground_truth_check"]
 
-SYSTEM_PROMPT = (
+INSTRUCTIONS = (
     "You are an expert in composing functions. You are given a question and a set of possible functions. "
     "Based on the question, make one or more function calls to achieve the purpose. If none of the functions "
     "can be used, or the question lacks parameters a function needs, say so in plain text.\n"
-    'To call functions, reply with one or more blocks <tool_call>{{"name": "<function>", "arguments": {{...}}}}'
+    'To call functions, reply with one or more blocks <tool_call>{"name": "<function>", "arguments": {...}}'
     "</tool_call>. You will see the results. Keep calling functions until the user's request for this turn is "
-    "fulfilled; then reply in plain text without any tool call, which ends the turn.\n\n"
-    "Functions (JSON):\n{tools}"
+    "fulfilled; then reply in plain text without any tool call, which ends the turn."
 )
+# The system prompt of the textual tool format (the template's tool format sends INSTRUCTIONS and `tools=`).
+SYSTEM_PROMPT = INSTRUCTIONS.replace("{", "{{").replace("}", "}}") + "\n\nFunctions (JSON):\n{tools}"
 MAX_STEPS = 20  # BFCL's MAXIMUM_STEP_LIMIT
+TOOL_FORMATS = ("auto", "text")
 
 
 @dataclass
@@ -55,6 +60,7 @@ class _Play:
     calls: list[list[list[str]]] = field(default_factory=list)
     verdict: dict | None = None
     model_steps: int = 0
+    native: bool = False  # the chat template renders the schemas (`tools=`) and the results (`role: "tool"`)
 
 
 def _held_out(item: BfclItem) -> set[str]:
@@ -81,7 +87,8 @@ class BfclSuite:
         hidden = _held_out(item)
         docs = [d for d in function_docs(item.involved_classes) if d["name"] not in hidden]
         play.schemas = [to_tool_schema(d, compact=compact) for d in docs]
-        play.messages = [{"role": "system", "content": SYSTEM_PROMPT.format(tools=render_tools(play.schemas))}]
+        system = INSTRUCTIONS if play.native else SYSTEM_PROMPT.format(tools=render_tools(play.schemas))
+        play.messages = [{"role": "system", "content": system}]
         play.session = BfclSession(ctx.runner, item)
         self._open_turn(play, compact)
 
@@ -94,8 +101,9 @@ class BfclSuite:
             new = [
                 to_tool_schema(d, compact=compact) for d in function_docs(item.involved_classes) if d["name"] in names
             ]
-            play.schemas += new
-            play.messages.append({"role": "user", "content": f"{render_tools(new)}\n{ADD_FUNCTIONS_PROMPT}"})
+            play.schemas += new  # the template's tool format shows them in the next render's tool list
+            text = ADD_FUNCTIONS_PROMPT if play.native else f"{render_tools(new)}\n{ADD_FUNCTIONS_PROMPT}"
+            play.messages.append({"role": "user", "content": text})
         else:
             play.messages += [{"role": m["role"], "content": m["content"]} for m in item.turns[play.turn]]
 
@@ -135,14 +143,19 @@ class BfclSuite:
             return
         results = play.session.execute(calls)
         play.calls[-1].append(calls)
+        if play.native:  # one tool message per call, in call order, as the template expects
+            outputs = [str(r) for r in results] + [f"(not run: {p})" for p in problems]
+            play.messages += [{"role": "tool", "content": out} for out in outputs]
+            return
         lines = [f"{c} -> {r}" for c, r in zip(calls, results)] + [f"(not run: {p})" for p in problems]
         play.messages.append({"role": "user", "content": "<tool_response>\n" + "\n".join(lines) + "\n</tool_response>"})
 
     def run(self, model: Any, items: list[BfclItem], ctx: EvalContext) -> SuiteResult:
         """Plays the entries in waves as wide as the sandbox pool (each live entry holds one worker)."""
         start = time.perf_counter()
+        native = native_tools(model, ctx.options.get("bfcl_tool_format", "auto"))
         width = int(ctx.options.get("bfcl_concurrency") or getattr(ctx.runner, "capacity", 8))
-        plays = [_Play(it) for it in items]
+        plays = [_Play(it, native=native) for it in items]
         for a in range(0, len(plays), max(1, width)):
             self._play_wave(model, plays[a : a + width], ctx, done_before=a, total=len(plays))
         results = []
@@ -181,8 +194,9 @@ class BfclSuite:
                     for p in live:
                         p.verdict = {"valid": False, "error_type": "round_limit", "message": "round limit reached"}
                     break
+                tools = {"tools": [p.schemas for p in live]} if any(p.native for p in live) else {}
                 replies = model.chat([p.messages for p in live], max_new_tokens=ctx.max_new_tokens,
-                                     stop_strings=(), seed=ctx.seed + rounds)  # fmt: skip
+                                     stop_strings=(), seed=ctx.seed + rounds, **tools)  # fmt: skip
                 errs = threads.map(lambda a: _safe(self._apply_reply, a[0], a[1].text, a[1].finish_reason, ctx,
                                                    max_steps), zip(live, replies))  # fmt: skip
                 for p, err in zip(live, errs):
@@ -193,6 +207,14 @@ class BfclSuite:
                 if p.session is not None:
                     p.session.close()
             threads.shutdown(wait=True)
+
+
+def native_tools(model: Any, tool_format: str = "auto") -> bool:
+    """True when the suite plays in the template's tool format: `tool_format` "auto" and a model whose chat
+    template renders tools (`supports_tools`); "text" is always False. Any other value is an error."""
+    if tool_format not in TOOL_FORMATS:
+        raise ValueError(f"bfcl_tool_format={tool_format!r}; expected one of {TOOL_FORMATS}")
+    return tool_format == "auto" and bool(getattr(model, "supports_tools", False))
 
 
 def _safe(fn, *args) -> str | None:

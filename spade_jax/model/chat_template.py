@@ -95,3 +95,35 @@ def render_chat_template(
         add_generation_prompt=add_generation_prompt,
         **kwargs,
     )
+
+
+# A probe conversation for `renders_tools`: a dummy tool schema and a tool result no template would write itself.
+_PROBE_TOOL_NAME = "spade_probe_tool_7f3a"
+_PROBE_RESULT = "spade-probe-result-7f3a"
+_PROBE_TOOLS = (
+    {
+        "type": "function",
+        "function": {
+            "name": _PROBE_TOOL_NAME,
+            "description": "Probe.",
+            "parameters": {"type": "object", "properties": {"x": {"type": "string"}}, "required": ["x"]},
+        },
+    },
+)
+_PROBE_MESSAGES = (
+    {"role": "user", "content": "probe"},
+    {"role": "assistant", "content": "probe"},
+    {"role": "tool", "content": _PROBE_RESULT},
+)
+
+
+@lru_cache(maxsize=64)
+def renders_tools(template: str, specials: tuple[tuple[str, str], ...] = ()) -> bool:
+    """True when `template` renders tool schemas passed as `tools=` AND `role: "tool"` messages: a probe
+    conversation with a dummy tool and a tool result must show both. A template that ignores either (e.g. plain
+    ChatML) or fails on them is False. Cached per (template, special tokens)."""
+    try:
+        text = render_chat_template(template, _PROBE_MESSAGES, tools=_PROBE_TOOLS, **dict(specials))
+    except Exception:  # a template that raises on tools or tool messages does not support them
+        return False
+    return _PROBE_TOOL_NAME in text and _PROBE_RESULT in text

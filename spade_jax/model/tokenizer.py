@@ -268,16 +268,27 @@ class Tokenizer:
             raise ValueError("this tokenizer has no chat template")
         from spade_jax.model.chat_template import render_chat_template
 
-        specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
-        specials.update(unk_token=self.unk_token, pad_token=self.pad_token)
-        specials = {k: v for k, v in specials.items() if v is not None}
         return render_chat_template(
             self.chat_template,
             messages,
             tools=tools,
             add_generation_prompt=add_generation_prompt,
-            **{**specials, **kwargs},
+            **{**self._specials(), **kwargs},
         )
+
+    def supports_tools(self) -> bool:
+        """True when the chat template renders tool schemas (`tools=`) and `role: "tool"` results (probed once
+        per template, see `chat_template.renders_tools`); False without a template."""
+        if not self.chat_template:
+            return False
+        from spade_jax.model.chat_template import renders_tools
+
+        return renders_tools(self.chat_template, tuple(sorted(self._specials().items())))
+
+    def _specials(self) -> dict[str, str]:
+        specials = {"bos_token": self.bos_token, "eos_token": self.eos_token}
+        specials.update(unk_token=self.unk_token, pad_token=self.pad_token)
+        return {k: v for k, v in specials.items() if v is not None}
 
     def encode_chat(
         self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None, **kwargs: Any

@@ -118,6 +118,9 @@ class HintConfig:
     template: str = "{observation}\n\nHINT: {hint}"
 
 
+TOOL_FORMATS = ("auto", "text")  # RolloutConfig.tool_format
+
+
 @dataclass
 class RolloutConfig:
     """Agent episodes: turns, token budgets, sampling, failure handling."""

@@ -28,6 +28,7 @@ class TurnRequest:
     spec: EpisodeSpec
     hint: str | None
     turn: int
+    tools: list[dict] | None = None  # tool schemas the chat template renders (None: tools are in the text)
 
 
 @dataclass

@@ -11,6 +11,13 @@ Returns and wins follow `spade_jax.envs.outcome.episode_outcome`: the terminal r
 counted only when the environment terminated the episode; 0 (and never a win) when it was truncated by the
 environment, the turn limit or the context/token budget. The step rewards stay on the episode for logging.
 
+Tool episodes (`RolloutConfig.tool_format`): with "auto" and a chat template that renders tools (probed once per
+template, `Tokenizer.supports_tools`), the first prompt is the task (reset's `info["task"]` plus its
+`instructions`) with the schemas (`info["tools"]`) given to the template as `tools=`, and the results of a reply's
+tool calls come back as `role: "tool"` messages, whose tokens are the template's own text around a tool message
+(as for user messages, probed once); any other observation stays a user message. An env that gives no schemas
+apart from its text, a template without tool support (SmolLM2's ChatML) and "text" keep the env's textual list.
+
 Hints: a hinted episode gets its spec's fixed hint (model-written) or, with `env_hint`, the environment's own
 `hint()` (the fixed hint is the fallback). When neither gives a non-empty str, the hinted episode is
 DISCARDED before its first turn (`error="hint_failed"`, `hint_failed=True`, counted): a "hinted" play without
@@ -40,7 +47,7 @@ from typing import Any
 
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
-from spade_jax.selfplay.config import RolloutConfig
+from spade_jax.selfplay.config import TOOL_FORMATS, RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
 
@@ -60,6 +67,9 @@ __all__ = [
 HINT, NO_HINT = "hint", "no_hint"
 ACTION_PARSINGS = ("raw", "reference")
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
+# Stands in for an episode's tool schemas when the template pieces around a message are probed.
+_PIECE_TOOLS = [{"type": "function", "function": {"name": "probe", "description": "Probe.",
+                                                  "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -90,6 +100,9 @@ class Episode:
     """A finished episode. `completion_*` cover everything after the first prompt (agent turns and the
     observations in between); `completion_mask` is 1 exactly on the agent's own tokens.
 
+    `tools` are the tool schemas the chat template rendered (`tools=`) for a tool episode played in the
+    template's own tool format (tool results are then `role: "tool"` messages); None when the tools were the
+    environment's textual list (or the episode is no tool episode).
     `rewards` are the step rewards (logging only); `episode_return` / `won` follow `episode_outcome`.
     `terminated` is True only when the environment ended the episode. Hint fields (hinted episodes only):
     `hint` is the text the agent saw; `hint_source` "env" or "spec"; `hint_failed` True when there was no
@@ -106,6 +119,7 @@ class Episode:
     raw_logprobs: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
     messages: list[dict] = field(default_factory=list)
+    tools: list[dict] | None = None
     rewards: list[float] = field(default_factory=list)
     episode_return: float = 0.0
     won: bool = False
@@ -197,6 +211,7 @@ class _Live:
         self.index, self.spec = index, spec
         self.ep = Episode(spec=spec)
         self.session: Any = None
+        self.info: dict = {}
         self.consecutive_format_errors = 0
 
     @property
@@ -228,30 +243,48 @@ class RolloutEngine:
         self._executor = ThreadPoolExecutor(max_workers=self.max_live, thread_name_prefix="rollout")
         if config.action_parsing not in ACTION_PARSINGS:
             raise ValueError(f"rollout.action_parsing={config.action_parsing!r}; expected one of {ACTION_PARSINGS}")
+        if config.tool_format not in TOOL_FORMATS:
+            raise ValueError(f"rollout.tool_format={config.tool_format!r}; expected one of {TOOL_FORMATS}")
         self._eos = tuple(getattr(tokenizer, "eos_ids", ()) or ())
         self._chat_kwargs = {"enable_thinking": bool(config.enable_thinking)}
         self._turn_pieces = self._template_pieces() if tokenizer is not None else None
+        # "auto": tool episodes use the template's own tool format when it renders tools and tool messages
+        supports = getattr(tokenizer, "supports_tools", None)
+        self.native_tools = config.tool_format == "auto" and callable(supports) and bool(supports())
+        self._tool_pieces = (
+            {role: self._template_pieces(role, _PIECE_TOOLS) for role in ("user", "tool")}
+            if self.native_tools
+            else None
+        )
 
     # ---------------------------------------------------------------------------- chat template glue
-    def _template_pieces(self) -> tuple[str, str]:
-        """(text between an assistant reply and the next observation, text after the observation)."""
+    def _template_pieces(self, role: str = "user", tools: list[dict] | None = None) -> tuple[str, str]:
+        """(text between an assistant reply and the next observation, text after the observation) when the
+        observation is a `role` message (`user`, or `tool` for a tool result in the template's tool format)."""
         msgs = [
             {"role": "user", "content": "x"},
             {"role": "assistant", "content": _ASSISTANT_MARK},
-            {"role": "user", "content": _OBS_MARK},
+            {"role": role, "content": _OBS_MARK},
         ]
-        rendered = self.tokenizer.apply_chat_template(msgs, add_generation_prompt=True, **self._chat_kwargs)
+        rendered = self.tokenizer.apply_chat_template(
+            msgs, tools=tools, add_generation_prompt=True, **self._chat_kwargs
+        )
         after = rendered.split(_ASSISTANT_MARK, 1)[1]
         between, tail = after.split(_OBS_MARK, 1)
         return between, tail
 
-    def _first_prompt(self, messages: list[dict]) -> list[int]:
-        text = self.tokenizer.apply_chat_template(messages, add_generation_prompt=True, **self._chat_kwargs)
+    def _first_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
+        text = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, **self._chat_kwargs
+        )
         return list(self.tokenizer.encode(text, add_special_tokens=False))
 
-    def _observation_ids(self, reply_ids: list[int], observation: str) -> list[int]:
-        """Tokens that close the agent's turn (unless it already emitted the end token) and open the next."""
-        between, tail = self._turn_pieces
+    def _observation_ids(
+        self, reply_ids: list[int], observation: str, pieces: tuple[str, str] | None = None
+    ) -> list[int]:
+        """Tokens that close the agent's turn (unless it already emitted the end token) and open the next;
+        `pieces` are the template's text around the observation message (default: a user message)."""
+        between, tail = pieces or self._turn_pieces
         if reply_ids and reply_ids[-1] in self._eos:
             end_text = self.tokenizer.decode([reply_ids[-1]])
             if between.startswith(end_text):
@@ -302,7 +335,8 @@ class RolloutEngine:
                     continue
                 stops = self.config.tool_stop_strings if lv.spec.kind == "tool" else ()
                 requests.append(TurnRequest(lv.index, lv.ep.prompt_ids + lv.ep.completion_ids, lv.ep.messages,
-                                            max_new, stops, lv.spec, lv.ep.hint, lv.ep.turns))  # fmt: skip
+                                            max_new, stops, lv.spec, lv.ep.hint, lv.ep.turns,
+                                            lv.ep.tools))  # fmt: skip
             stepping = []
             if requests:
                 t = time.perf_counter()
@@ -356,14 +390,31 @@ class RolloutEngine:
                 return self._discard(lv, "hint_failed", "the hinted play has no usable hint (regret not measured)")
             if self.config.check_hint_leaks and self._check_leak(lv) is None:
                 return False
+        native = self._native_task(lv) if spec.kind == "tool" and self.native_tools else None
+        if native is not None:  # the template shows the schemas (`tools=`); the user message is the task
+            obs, ep.tools = native
         first = inject_hint(obs, ep.hint, self.hint_template) if spec.condition == HINT else obs
         first = wrap_observation(first, self.config.observation_template, spec.kind)
         if self.config.system_prompt:
             ep.messages.append({"role": "system", "content": self.config.system_prompt})
         ep.messages.append({"role": "user", "content": first})
         if self.tokenizer is not None:
-            ep.prompt_ids = self._first_prompt(ep.messages)
+            ep.prompt_ids = self._first_prompt(ep.messages, ep.tools)
         return True
+
+    @staticmethod
+    def _native_task(lv: _Live) -> tuple[str, list[dict]] | None:
+        """(first observation without the textual tool list, tool schemas) from reset's info (`task`, `tools`,
+        optional `instructions`: see ToolEnv.reset); None when the env does not provide them (text fallback)."""
+        info = lv.info
+        task, tools, instructions = info.get("task"), info.get("tools"), info.get("instructions")
+        if not isinstance(task, str) or not task.strip() or not isinstance(tools, list) or not tools:
+            return None
+        if not all(isinstance(t, dict) and isinstance((t.get("function") or t).get("name"), str) for t in tools):
+            return None
+        if isinstance(instructions, str) and instructions.strip():
+            task = f"{task}\n\n{instructions}"
+        return task, tools
 
     def _open_and_reset(self, lv: _Live) -> str | None:
         """Opens a session for the episode and resets it with the spec's seed: the first observation, or None
@@ -380,11 +431,12 @@ class RolloutEngine:
         if not res.ok:
             return self._discard(lv, res.error or "exception", res.message) or None
         try:
-            obs, _info = res.value
+            obs, info = res.value
         except (TypeError, ValueError):
             return self._discard(lv, "bad_return", "reset() did not return (observation, info)") or None
         if not isinstance(obs, str):
             return self._discard(lv, "bad_return", "reset() observation is not a str") or None
+        lv.info = info if isinstance(info, dict) else {}
         return obs
 
     def _fetch_hint(self, lv: _Live) -> tuple[str | None, str]:
@@ -472,9 +524,13 @@ class RolloutEngine:
             self._finish(lv, "format")
             return False
         obs = obs if isinstance(obs, str) else str(obs)
-        ep.messages.append({"role": "user", "content": obs})
+        # in the template's tool format the results of a reply's tool calls come back as a tool message; any
+        # other observation (format reminder, a wrong answer's feedback) stays a user message
+        role = "tool" if ep.tools is not None and parse_tool_calls(reply.text) else "user"
+        ep.messages.append({"role": role, "content": obs})
         if self.tokenizer is not None:
-            delta = self._observation_ids(ep.completion_ids[ep.turn_spans[-1][0] :], obs)
+            pieces = self._tool_pieces[role] if ep.tools is not None else None
+            delta = self._observation_ids(ep.completion_ids[ep.turn_spans[-1][0] :], obs, pieces)
             room = min(self.config.min_turn_tokens, self.config.max_new_tokens_per_turn)
             if lv.total_tokens + len(delta) + room > self.budget:
                 ep.messages.pop()
