@@ -189,6 +189,10 @@ def train_on(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
     buckets = parts.cfg.learner.length_buckets_for(parts.cfg.max_total_len)
     samples, dropped = split_trainable(samples, max(buckets))  # longer than any bucket: counted, not trained
     stats["train/dropped_too_long"] = float(dropped)
+    if dropped:  # the counts say what the learner really trains on
+        stats["train/samples"] = float(len(samples))
+        for role, name in ROLE_NAMES.items():
+            stats[f"train/{name}_samples"] = float(sum(s.role == role for s in samples))
     if not samples:
         return {**stats, "train/skipped": 1.0}
     t0 = time.perf_counter()
