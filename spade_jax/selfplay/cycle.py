@@ -242,10 +242,15 @@ class SelfPlay:
         for env_id, n in played.items():
             st = window_stats(rnd.envs[env_id], expected_plays=self.config.plays_per_condition,
                               min_plays_fraction=self.config.reward.min_plays_fraction)  # fmt: skip
-            if st.measured and self.memory.get(env_id) is not None:  # envs outside memory: not archived
-                self.memory.update_stats(env_id, win_rate_hint=st.win_rate_hint, win_rate_no_hint=st.win_rate,
-                                         return_hint=st.return_hint, return_no_hint=st.return_no_hint,
-                                         regret=st.regret, plays=n)  # fmt: skip
+            if self.memory.get(env_id) is None:  # envs outside memory: not archived
+                continue
+            if not st.measured:
+                self.memory.update_stats(env_id, plays=n)
+                continue
+            hinted = st.n_hint > 0
+            self.memory.update_stats(env_id, win_rate_hint=st.win_rate_hint if hinted else None,
+                                     win_rate_no_hint=st.win_rate, return_hint=st.return_hint if hinted else None,
+                                     return_no_hint=st.return_no_hint, regret=st.regret, plays=n)  # fmt: skip
         return hung
 
     def _agent_samples(self, result: RolloutResult, step: int) -> list[SelfPlaySample]:
