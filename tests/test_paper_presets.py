@@ -10,12 +10,11 @@ have a spread. Sandboxes, gates, hints, rollouts, rewards and the learner are th
 from __future__ import annotations
 
 import dataclasses
-import random
 from types import SimpleNamespace
 
 import pytest
+from players import ReplayDesigner, bisect_or_guess
 
-from spade_jax.envs.base import extract_boxed
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
 from spade_jax.loop import train_on
@@ -29,41 +28,8 @@ GAMES = (contract_examples()["game"], load_seed_source("number_target"))
 TOOLS = (load_seed_source("order_cancel"), load_seed_source("flight_booking"))
 
 
-class ReplayDesigner:
-    """Stands in for the model as designer (writes the given programs in turn); learner updates are no-ops."""
-
-    def __init__(self, tokenizer, sources):
-        self.tok, self.sources, self.i, self.max_total_len = tokenizer, sources, 0, 32768
-
-    def generate(self, prompts, params):
-        from spade_jax.sampling import Completion
-
-        out = []
-        for p in prompts:
-            text = "```python\n" + self.sources[self.i % len(self.sources)] + "```\n"
-            self.i += 1
-            ids = self.tok.encode(text, add_special_tokens=False)
-            out.append(Completion(list(p), ids, [-0.5] * len(ids), [-0.5] * len(ids), text, "eos"))
-        return out
-
-    def update_model(self, model) -> None:
-        pass
-
-
 def _player(req) -> str:
-    if req.spec.kind == "tool":
-        return "<answer>done</answer>"
-    lo, hi, last = 1, 100, None
-    for msg in req.messages[1:]:
-        if msg["role"] == "assistant":
-            last = int(extract_boxed(msg["content"]) or 0)
-        elif "go higher" in msg["content"]:
-            lo = last + 1
-        elif "go lower" in msg["content"]:
-            hi = last - 1
-    if "HINT:" in req.messages[0]["content"]:
-        return f"\\boxed{{{(lo + hi) // 2}}}"
-    return f"\\boxed{{{random.Random(req.spec.seed * 31 + req.turn).randint(lo, hi)}}}"
+    return "<answer>done</answer>" if req.spec.kind == "tool" else bisect_or_guess(req)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +50,7 @@ def test_paper_preset_signal_paths_run(preset, tiny, pool, tmp_path):
     tool = cfg.selfplay.kinds == ("tool",)
     assert cfg.max_total_len == 32768 and max(cfg.learner.length_buckets_for(cfg.max_total_len)) == 32768
     sp_cfg = dataclasses.replace(cfg.selfplay, memory=dataclasses.replace(cfg.selfplay.memory, seed_from_library=False))
-    designer = ReplayDesigner(tokenizer, TOOLS if tool else GAMES)
+    designer = ReplayDesigner(tokenizer, TOOLS if tool else GAMES, max_total_len=cfg.max_total_len)
     sp = SelfPlay(sp_cfg, sampler=designer, tokenizer=tokenizer, pool=pool, run_dir=tmp_path, corpus=None,
                   agent_policy=ScriptedPolicy(_player))  # fmt: skip
     sp.hint_writer.write = lambda items, seed=0: [  # the model's hint, without the model

@@ -8,12 +8,9 @@ the recorded plays with the paper's formula, not read back from the code under t
 
 from __future__ import annotations
 
-import random
-from dataclasses import dataclass
-
 import pytest
+from players import ReplayDesigner, bisect_or_guess
 
-from spade_jax.envs.base import extract_boxed
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
 from spade_jax.loop import to_train_samples
@@ -57,47 +54,6 @@ class Hangs(GameEnv):
 '''
 
 
-@dataclass
-class _Completion:
-    prompt_ids: list
-    token_ids: list
-    logprobs: list
-    raw_logprobs: list
-    text: str
-    finish_reason: str = "eos"
-
-
-class Replay:
-    """A designer 'model' that writes the given programs in turn, forever."""
-
-    def __init__(self, tokenizer, sources: list[str]):
-        self.tok, self.sources, self.max_total_len, self.i = tokenizer, sources, 4096, 0
-
-    def generate(self, prompts, params):
-        out = []
-        for p in prompts:
-            text = "```python\n" + self.sources[self.i % len(self.sources)] + "```\n"
-            self.i += 1
-            ids = self.tok.encode(text, add_special_tokens=False)
-            out.append(_Completion(list(p), ids, [-0.5] * len(ids), [-0.5] * len(ids), text))
-        return out
-
-
-def _bisect_or_guess(req, always: bool = False) -> str:
-    """Binary search on higher/lower feedback when hinted (a perfect player), a seeded guess otherwise."""
-    lo, hi, last = 1, 100, None
-    for msg in req.messages[1:]:
-        if msg["role"] == "assistant":
-            last = int(extract_boxed(msg["content"]) or 0)
-        elif "go higher" in msg["content"]:
-            lo = last + 1
-        elif "go lower" in msg["content"]:
-            hi = last - 1
-    if always or "HINT:" in req.messages[0]["content"]:
-        return f"\\boxed{{{(lo + hi) // 2}}}"
-    return f"\\boxed{{{random.Random(req.spec.seed * 31 + req.turn).randint(lo, hi)}}}"
-
-
 def _config(**changes) -> SelfPlayConfig:
     base = dict(
         plays_per_condition=3, envs_per_step=2, skills=("logical deduction",), train_agent_on_hinted=True,
@@ -108,8 +64,8 @@ def _config(**changes) -> SelfPlayConfig:
     return SelfPlayConfig(**{**base, **changes})
 
 
-def _selfplay(tokenizer, pool, cfg: SelfPlayConfig, policy=_bisect_or_guess, sources=(HIGHER_LOWER, NUMBER_TARGET)):
-    return SelfPlay(cfg, sampler=Replay(tokenizer, list(sources)), tokenizer=tokenizer, pool=pool,
+def _selfplay(tokenizer, pool, cfg: SelfPlayConfig, policy=bisect_or_guess, sources=(HIGHER_LOWER, NUMBER_TARGET)):
+    return SelfPlay(cfg, sampler=ReplayDesigner(tokenizer, sources), tokenizer=tokenizer, pool=pool,
                     agent_policy=ScriptedPolicy(policy))  # fmt: skip
 
 
@@ -191,7 +147,7 @@ def test_a_hanging_environment_is_charged_to_its_designer_not_the_agent(pool, to
 def test_learning_progress_updates_before_it_scores(pool, tokenizer):
     """Defect 9: the skill's averages take in the window first (gammas 0.98 / 0.85), then score it."""
     def always_bisect(req):  # the perfect player, hinted or not
-        return _bisect_or_guess(req, always=True)
+        return bisect_or_guess(req, always=True)
 
     cfg = _config(reward=RewardConfig(kind="learning_progress"))
     assert (cfg.reward.lp_gamma_fast, cfg.reward.lp_gamma_slow) == (0.98, 0.85)

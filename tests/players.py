@@ -1,0 +1,44 @@
+"""Stand-ins for the model in tests of the self-play cycle: a designer that replays given programs and a
+scripted higher/lower player. Everything around them (sandboxes, gates, hints, rewards) is real."""
+
+from __future__ import annotations
+
+import random
+
+from spade_jax.envs.base import extract_boxed
+
+
+class ReplayDesigner:
+    """Writes the given programs in turn, one per prompt, forever; learner updates are no-ops."""
+
+    def __init__(self, tokenizer, sources: list[str] | tuple[str, ...], max_total_len: int = 4096):
+        self.tok, self.sources, self.i, self.max_total_len = tokenizer, list(sources), 0, max_total_len
+
+    def generate(self, prompts, params):
+        from spade_jax.sampling import Completion
+
+        out = []
+        for p in prompts:
+            text = "```python\n" + self.sources[self.i % len(self.sources)] + "```\n"
+            self.i += 1
+            ids = self.tok.encode(text, add_special_tokens=False)
+            out.append(Completion(list(p), ids, [-0.5] * len(ids), [-0.5] * len(ids), text, "eos"))
+        return out
+
+    def update_model(self, model) -> None:
+        pass
+
+
+def bisect_or_guess(req, always: bool = False) -> str:
+    """Higher/lower: binary search when hinted (or `always`), a guess seeded by the reset seed otherwise."""
+    lo, hi, last = 1, 100, None
+    for msg in req.messages[1:]:
+        if msg["role"] == "assistant":
+            last = int(extract_boxed(msg["content"]) or 0)
+        elif "go higher" in msg["content"]:
+            lo = last + 1
+        elif "go lower" in msg["content"]:
+            hi = last - 1
+    if always or "HINT:" in req.messages[0]["content"]:
+        return f"\\boxed{{{(lo + hi) // 2}}}"
+    return f"\\boxed{{{random.Random(req.spec.seed * 31 + req.turn).randint(lo, hi)}}}"
