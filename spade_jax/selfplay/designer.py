@@ -143,31 +143,33 @@ def mutation_direction(win_rate: float, band: tuple[float, float]) -> str:
 
 
 def mutation_messages(
-    parent: EnvRecord, target: DesignTarget, band: tuple[float, float], contract: str = CONTRACT_TEXT
+    parent: EnvRecord, target: DesignTarget, band: tuple[float, float], contract: str | None = CONTRACT_TEXT
 ) -> list[dict]:
     """Chat messages of a mutation prompt: the parent's complete code, its measured unhinted win rate and
-    regret, and the change its win rate calls for (`mutation_direction`)."""
+    regret, and the change its win rate calls for (`mutation_direction`). `contract=None` leaves the contract
+    out (the parent, a valid environment, shows it) for contexts too small for both."""
     wr, regret = parent.win_rate_no_hint or 0.0, parent.regret or 0.0
     direction = mutation_direction(wr, band)
     skill_note = (
         f' It trains the skill: {target.skill}.' if parent.skill == target.skill
         else f' It was written for the skill "{parent.skill}"; your version must train the skill: {target.skill}.'
     )  # fmt: skip
-    sections = [contract.strip(), "# Your task"]
+    sections = [contract.strip(), "# Your task"] if contract else ["# Your task"]
     sections.append(
         f'Below is an environment of kind "{target.kind}" ({_KIND_NOTES.get(target.kind, target.kind)}) from the '
         f"archive, as the current agent plays it: without a hint the agent wins {wr:.0%} of its episodes (the "
         f"target range is {band[0]:.0%} to {band[1]:.0%}), and a hint about the approach changes its return by "
         f"{regret:+.2f} (the regret).{skill_note}\n\n```python\n{parent.code.strip()}\n```"
     )
+    keep = " Keep the environment contract this file follows (its base class, imports and methods)."
     sections.append(_DIRECTIONS[direction])
     sections.append(
         f'Write the changed version as a NEW environment with a new class name; set KIND = "{target.kind}" and '
         f'SKILL = "{target.skill}". Changing only numbers or names is not enough: a program with the same '
         "structure as an archived one counts as a copy and is rejected, so change the code itself (its rules, "
-        "state, actions or checks). The agent should be able to win by reasoning well, random play must win at "
-        "most 15% of episodes, and the same seed must always give the same episode. Reply with the complete "
-        "file in ONE ```python code block, with no other code blocks."
+        f"state, actions or checks).{'' if contract else keep} The agent should be able to win by reasoning "
+        "well, random play must win at most 15% of episodes, and the same seed must always give the same "
+        "episode. Reply with the complete file in ONE ```python code block, with no other code blocks."
     )
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(sections)}]
 
@@ -309,13 +311,17 @@ class Designer:
         self, target: DesignTarget, extra: list[dict] | None = None
     ) -> tuple[list[dict], list[int], EnvRecord] | None:
         """Messages, ids and parent of a mutation prompt for `target`, or None when its parent is gone (evicted,
-        unmeasured) or the prompt with the parent's code does not fit the budget (then: from scratch)."""
+        unmeasured) or the prompt with the parent's code does not fit the budget even without the contract (then:
+        from scratch)."""
         parent = self.memory.get(target.parent_id) if target.parent_id else None
         if parent is None or parent.status != "valid" or not parent.measured:
             return None
-        msgs = mutation_messages(parent, target, self.memory.config.positive_band)
-        ids = self.encode(msgs + (extra or []))
-        return (msgs, ids, parent) if len(ids) <= self.prompt_budget else None
+        for contract in (CONTRACT_TEXT, None):  # the contract goes first when both do not fit
+            msgs = mutation_messages(parent, target, self.memory.config.positive_band, contract)
+            ids = self.encode(msgs + (extra or []))
+            if len(ids) <= self.prompt_budget:
+                return msgs, ids, parent
+        return None
 
     def parts_for(self, target: DesignTarget) -> PromptParts:
         """Draws a grounding document and exemplars for one target."""
