@@ -8,6 +8,10 @@ rows stay in the table with status 'evicted' (history is kept) but are no longer
 Exemplars (DESIGN.md): positives have an unhinted win rate in [0.15, 0.85], ranked by regret, and n are
 sampled from the top max(3n, 10); negatives have a win rate > 0.9 or < 0.1. Entries of the target skill are
 preferred; seeds not yet measured fill in for missing positives at the start of a run.
+
+Links between rows: `parent_id` is the attempt a repair repairs; `mutation_of` (origin "mutation") the archived
+environment a mutation design changes (`mutation_parents` ranks the candidates). A file written before a
+column existed gains it on open (NULL / its default).
 """
 
 from __future__ import annotations
