@@ -185,6 +185,8 @@ def _paper(
                 top_p=0.95,
                 top_k=20,
                 enable_thinking=thinking,
+                # mutation_share stays 0: the paper has no mutation designs. An ACCEL-style curriculum operator
+                # (and its ablation): selfplay.designer.mutation_share=0.25 (mutation_parents picks the parents).
             ),
             hints=HintConfig(
                 source="model",

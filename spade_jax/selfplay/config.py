@@ -17,6 +17,7 @@ __all__ = [
     "CorpusConfig",
     "DesignerConfig",
     "HintConfig",
+    "MUTATION_PARENTS",
     "MemoryConfig",
     "RewardConfig",
     "RolloutConfig",
@@ -63,6 +64,7 @@ class MemoryConfig:
 
 
 ON_INVALID = ("resample", "repair")
+MUTATION_PARENTS = ("band_then_regret", "band", "regret")  # DesignerConfig.mutation_parents
 
 
 @dataclass
@@ -73,6 +75,15 @@ class DesignerConfig:
     more times, and train only valid designs. `"repair"`: show the model the failing gate's reason, up to
     `max_repairs` times, and train the attempts (`train_on_repairs`: all of them, else the first), invalid ones
     at reward 0.
+
+    Mutation designs (ACCEL's and OMNI-EPIC's editing of what already works; the paper has none): a share
+    `mutation_share` of a round's targets shows the designer one measured archive entry of the target's kind
+    (of its skill where one exists), with its unhinted win rate and regret, and asks for a changed complete
+    file: harder when the win rate is above `memory.positive_band`, easier below it, a twist inside it. The
+    gates apply as to any design (novelty against the archive, the parent included). `mutation_parents`:
+    "band_then_regret" = entries in the band first, ranked by regret, then any measured entry by regret;
+    "band" = in-band entries only; "regret" = any measured entry by regret. No eligible parent, or a parent
+    whose prompt does not fit the context: a from-scratch design.
     """
 
     max_new_tokens: int = 16384
@@ -88,8 +99,16 @@ class DesignerConfig:
     use_corpus: bool = True
     use_memory: bool = True
     train_on_repairs: bool = True
+    mutation_share: float = 0.0
+    mutation_parents: str = "band_then_regret"
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.mutation_share <= 1.0:
+            raise ValueError(f"designer.mutation_share={self.mutation_share}; expected a fraction in [0, 1]")
+        if self.mutation_parents not in MUTATION_PARENTS:
+            raise ValueError(f"designer.mutation_parents={self.mutation_parents!r}; expected one of {MUTATION_PARENTS}")
+        if self.mutation_share > 0 and not self.use_memory:
+            raise ValueError("designer.mutation_share > 0 needs designer.use_memory (parents come from the memory)")
         if self.on_invalid not in ON_INVALID:
             raise ValueError(f"designer.on_invalid={self.on_invalid!r}; expected one of {ON_INVALID}")
         if self.max_resamples < 0 or self.max_repairs < 0:

@@ -104,7 +104,9 @@ class SelfPlay:
 
         `skills_per_regen` (kind, skill) pairs are active per round, the window advancing round-robin over
         all configured pairs from one round to the next; targets are dealt to the active pairs in turn. At
-        most n // 2 pairs are active, so every skill gets at least two designs to be centred against.
+        most n // 2 pairs are active, so every skill gets at least two designs to be centred against. The last
+        round(n * designer.mutation_share) targets (the skills share them evenly) are mutations of an archived
+        parent (`mutation_targets`).
         """
         pairs = [(kind, skill) for kind in self.config.kinds
                  for skill in (self.config.skills or (TOOL_DOMAINS if kind == "tool" else SKILLS))]  # fmt: skip
@@ -112,7 +114,26 @@ class SelfPlay:
         k = max(1, min(k, len(pairs), n // 2))
         start = (self.design_rounds * k) % len(pairs)
         active = [pairs[(start + j) % len(pairs)] for j in range(k)]
-        return [DesignTarget(*active[i % k]) for i in range(n)]
+        return self.mutation_targets([DesignTarget(*active[i % k]) for i in range(n)])
+
+    def mutation_targets(self, targets: list[DesignTarget]) -> list[DesignTarget]:
+        """Gives the last round(len * mutation_share) targets a mutation parent of their (kind, skill) (else
+        of their kind; `memory.mutation_parents`), spreading a round's mutations over distinct parents where
+        there are enough; a target without an eligible parent stays a from-scratch design."""
+        cfg = self.config.designer
+        m = int(len(targets) * cfg.mutation_share + 0.5)
+        if m <= 0:
+            return targets
+        used: Counter = Counter()
+        out = list(targets)
+        for i in range(len(out) - m, len(out)):
+            t = out[i]
+            ranked = self.memory.mutation_parents(t.kind, t.skill, cfg.mutation_parents)
+            if ranked:
+                parent = min(enumerate(ranked), key=lambda e: (used[e[1].id], e[0]))[1]
+                used[parent.id] += 1
+                out[i] = DesignTarget(t.kind, t.skill, parent.id)
+        return out
 
     def design(self, step: int, n: int | None = None) -> list[DesignResult]:
         """Designs n environments (default envs_per_step); every attempt lands in the memory."""
@@ -314,6 +335,13 @@ class SelfPlay:
             out["design/retried_valid"] = float(sum(d.valid and len(d.attempts) > 1 for d in designs))
             for gate, n in Counter(a.verdict.gate for a in attempts if not a.valid).items():
                 out[f"design/failed_{gate}"] = float(n)
+            if self.config.designer.mutation_share > 0:
+                mutations = [d for d in designs if d.mutation_of]
+                out["design/mutations"] = float(len(mutations))
+                out["design/mutation_fallbacks"] = float(sum(bool(d.target.parent_id and not d.mutation_of)
+                                                             for d in designs))  # fmt: skip
+                if mutations:
+                    out["design/mutation_valid_frac"] = sum(d.valid for d in mutations) / len(mutations)
         out["design/rounds_open"] = float(len(self.rounds))
         out["design/samples_released"] = float(len(batch.by_role("designer")))
         out["design/reward_scale"] = batch.designer_scale

@@ -6,6 +6,10 @@ All designs of a step are generated in one sampler call, validated in parallel i
 attempt (valid or not) is recorded in the memory with its verdict. Prompts are rendered with the model's chat
 template and budgeted so prompt + completion fit the context: exemplars are dropped first (negatives, then
 positives), then the grounding document is shortened.
+
+A mutation target (`DesignTarget.parent_id`, dealt by the cycle) shows one archived, measured environment and
+asks for a changed version of it (harder, easier or a twist, by its win rate): no document, no exemplars; when
+that prompt does not fit the budget, the target is designed from scratch instead.
 """
 
 from __future__ import annotations
@@ -21,7 +25,16 @@ from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
 from spade_jax.selfplay.memory import EnvRecord, Memory
 
-__all__ = ["DesignAttempt", "DesignResult", "DesignTarget", "Designer", "PromptParts", "design_messages"]
+__all__ = [
+    "DesignAttempt",
+    "DesignResult",
+    "DesignTarget",
+    "Designer",
+    "PromptParts",
+    "design_messages",
+    "mutation_direction",
+    "mutation_messages",
+]
 
 _SYSTEM = (
     "You are an expert designer of training environments for language-model agents. You write complete, "
@@ -36,10 +49,12 @@ _KIND_NOTES = {
 
 @dataclass(frozen=True)
 class DesignTarget:
-    """What to design: the kind and the skill (or tool domain)."""
+    """What to design: the kind and the skill (or tool domain); `parent_id`: a mutation of that archived
+    environment (None: from scratch)."""
 
     kind: str
     skill: str
+    parent_id: str | None = None
 
 
 @dataclass
@@ -103,6 +118,62 @@ def design_messages(parts: PromptParts) -> list[dict]:
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(sections)}]
 
 
+_DIRECTIONS = {
+    "harder": (
+        "The agent wins too often: make the environment HARDER. Turn its difficulty knobs: bigger sizes, boards "
+        "or number ranges, fewer turns allowed, more items, pieces or constraints to keep track of, less "
+        "informative feedback."
+    ),
+    "easier": (
+        "The agent (almost) never wins: make the environment EASIER. Turn its difficulty knobs the other way: "
+        "smaller sizes, boards or number ranges, more turns allowed, fewer items or constraints, more "
+        "informative feedback."
+    ),
+    "twist": (
+        "The difficulty is about right: keep it, and add a TWIST: a new rule, mechanic, action or kind of "
+        "feedback that changes how the agent has to reason, on a theme of your choice."
+    ),
+}
+
+
+def mutation_direction(win_rate: float, band: tuple[float, float]) -> str:
+    """'harder' above the win-rate band, 'easier' below it, 'twist' inside it."""
+    lo, hi = band
+    return "harder" if win_rate > hi else "easier" if win_rate < lo else "twist"
+
+
+def mutation_messages(
+    parent: EnvRecord, target: DesignTarget, band: tuple[float, float], contract: str | None = CONTRACT_TEXT
+) -> list[dict]:
+    """Chat messages of a mutation prompt: the parent's complete code, its measured unhinted win rate and
+    regret, and the change its win rate calls for (`mutation_direction`). `contract=None` leaves the contract
+    out (the parent, a valid environment, shows it) for contexts too small for both."""
+    wr, regret = parent.win_rate_no_hint or 0.0, parent.regret or 0.0
+    direction = mutation_direction(wr, band)
+    skill_note = (
+        f' It trains the skill: {target.skill}.' if parent.skill == target.skill
+        else f' It was written for the skill "{parent.skill}"; your version must train the skill: {target.skill}.'
+    )  # fmt: skip
+    sections = [contract.strip(), "# Your task"] if contract else ["# Your task"]
+    sections.append(
+        f'Below is an environment of kind "{target.kind}" ({_KIND_NOTES.get(target.kind, target.kind)}) from the '
+        f"archive, as the current agent plays it: without a hint the agent wins {wr:.0%} of its episodes (the "
+        f"target range is {band[0]:.0%} to {band[1]:.0%}), and a hint about the approach changes its return by "
+        f"{regret:+.2f} (the regret).{skill_note}\n\n```python\n{parent.code.strip()}\n```"
+    )
+    keep = " Keep the environment contract this file follows (its base class, imports and methods)."
+    sections.append(_DIRECTIONS[direction])
+    sections.append(
+        f'Write the changed version as a NEW environment with a new class name; set KIND = "{target.kind}" and '
+        f'SKILL = "{target.skill}". Changing only numbers or names is not enough: a program with the same '
+        "structure as an archived one counts as a copy and is rejected, so change the code itself (its rules, "
+        f"state, actions or checks).{'' if contract else keep} The agent should be able to win by reasoning "
+        "well, random play must win at most 15% of episodes, and the same seed must always give the same "
+        "episode. Reply with the complete file in ONE ```python code block, with no other code blocks."
+    )
+    return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(sections)}]
+
+
 def repair_messages(base: list[dict], previous: str, verdict: Verdict) -> list[dict]:
     """The conversation for a repair attempt: the failed reply and the gate's reason."""
     feedback = (
@@ -139,6 +210,7 @@ class DesignResult:
     target: DesignTarget
     doc_id: str | None
     attempts: list[DesignAttempt] = field(default_factory=list)
+    mutation_of: str | None = None  # the parent shown, when the target was designed as a mutation
 
     @property
     def valid(self) -> bool:
@@ -235,6 +307,22 @@ class Designer:
             )
         return msgs, ids, parts
 
+    def fit_mutation(
+        self, target: DesignTarget, extra: list[dict] | None = None
+    ) -> tuple[list[dict], list[int], EnvRecord] | None:
+        """Messages, ids and parent of a mutation prompt for `target`, or None when its parent is gone (evicted,
+        unmeasured) or the prompt with the parent's code does not fit the budget even without the contract (then:
+        from scratch)."""
+        parent = self.memory.get(target.parent_id) if target.parent_id else None
+        if parent is None or parent.status != "valid" or not parent.measured:
+            return None
+        for contract in (CONTRACT_TEXT, None):  # the contract goes first when both do not fit
+            msgs = mutation_messages(parent, target, self.memory.config.positive_band, contract)
+            ids = self.encode(msgs + (extra or []))
+            if len(ids) <= self.prompt_budget:
+                return msgs, ids, parent
+        return None
+
     def parts_for(self, target: DesignTarget) -> PromptParts:
         """Draws a grounding document and exemplars for one target."""
         doc = self.corpus.next() if (self.corpus is not None and self.config.use_corpus) else None
@@ -282,8 +370,13 @@ class Designer:
         convs: list[list[dict]] = []
         prompts: list[list[int]] = []
         for target in targets:
-            msgs, ids, parts = self.fit(self.parts_for(target))
-            results.append(DesignResult(target, parts.document.id if parts.document else None))
+            mutation = self.fit_mutation(target) if target.parent_id else None
+            if mutation is not None:
+                msgs, ids, parent = mutation
+                results.append(DesignResult(target, None, mutation_of=parent.id))
+            else:
+                msgs, ids, parts = self.fit(self.parts_for(target))
+                results.append(DesignResult(target, parts.document.id if parts.document else None))
             convs.append(msgs)
             prompts.append(ids)
         pending = list(range(len(results)))
@@ -301,6 +394,7 @@ class Designer:
                     verdict.source or comp.text, kind=res.target.kind, skill=res.target.skill, step=step,
                     valid=verdict.valid, gate=verdict.gate, reason=verdict.reason, doc_id=res.doc_id,
                     parent_id=parent, attempt=attempt, name=str(verdict.details.get("class_name") or ""),
+                    origin="mutation" if res.mutation_of else "designer", mutation_of=res.mutation_of,
                 )  # fmt: skip
                 res.attempts.append(DesignAttempt(
                     attempt, list(prompts[i]), [int(t) for t in comp.token_ids], [float(x) for x in comp.logprobs],
@@ -330,6 +424,10 @@ class Designer:
             previous = self.tokenizer.decode(prev_ids[: self.prompt_budget // 2]) + "\n... (truncated)"
         base = convs[i][:2]
         tail = repair_messages([], previous, last.verdict)
+        mutation = self.fit_mutation(res.target, extra=tail) if res.mutation_of else None
+        if mutation is not None:  # a mutation's repair keeps its parent in view (else: the from-scratch prompt)
+            convs[i], prompts[i] = mutation[0] + tail, mutation[1]
+            return
         parts = PromptParts(res.target, None, [], [], self.exemplar_max_chars)
         if self.corpus is not None and self.config.use_corpus and res.doc_id is not None:
             parts.document = _document_in(base)

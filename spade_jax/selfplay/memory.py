@@ -8,6 +8,10 @@ rows stay in the table with status 'evicted' (history is kept) but are no longer
 Exemplars (DESIGN.md): positives have an unhinted win rate in [0.15, 0.85], ranked by regret, and n are
 sampled from the top max(3n, 10); negatives have a win rate > 0.9 or < 0.1. Entries of the target skill are
 preferred; seeds not yet measured fill in for missing positives at the start of a run.
+
+Links between rows: `parent_id` is the attempt a repair repairs; `mutation_of` (origin "mutation") the archived
+environment a mutation design changes (`mutation_parents` ranks the candidates). A file written before a
+column existed gains it on open (NULL / its default).
 """
 
 from __future__ import annotations
@@ -49,7 +53,8 @@ _COLUMNS = """
     designer_reward REAL,
     step INTEGER NOT NULL DEFAULT 0,
     plays INTEGER NOT NULL DEFAULT 0,
-    created REAL NOT NULL DEFAULT 0
+    created REAL NOT NULL DEFAULT 0,
+    mutation_of TEXT
 """
 _MUTABLE = ("status", "win_rate_hint", "win_rate_no_hint", "return_hint", "return_no_hint", "regret",
             "designer_reward", "plays")  # fmt: skip
@@ -81,6 +86,7 @@ class EnvRecord:
     step: int = 0
     plays: int = 0
     created: float = 0.0
+    mutation_of: str | None = None  # a mutation design: the archived environment it changes (origin "mutation")
 
     @property
     def measured(self) -> bool:
@@ -110,11 +116,20 @@ class Memory:
         self._lock = threading.RLock()
         with self._lock, self._db:
             self._db.execute(f"CREATE TABLE IF NOT EXISTS envs ({_COLUMNS})")
+            self._add_missing_columns()
             self._db.execute("CREATE INDEX IF NOT EXISTS envs_status ON envs(status)")
         self.rng = random.Random(config.seed)
         self.novelty = NoveltyIndex()
         for rec in self.archive():
             self.novelty.add(rec.id, rec.code)
+
+    def _add_missing_columns(self) -> None:
+        """Migration: a table written by an older version gets the columns added since (NULL / default)."""
+        have = {row[1] for row in self._db.execute("PRAGMA table_info(envs)").fetchall()}
+        for line in _COLUMNS.strip().splitlines():
+            column = line.strip().rstrip(",")
+            if column.split()[0] not in have:
+                self._db.execute(f"ALTER TABLE envs ADD COLUMN {column}")
 
     # ------------------------------------------------------------------------------------ writing
     def add(self, record: EnvRecord) -> EnvRecord:
@@ -149,8 +164,10 @@ class Memory:
         attempt: int = 0,
         name: str = "",
         origin: str = "designer",
+        mutation_of: str | None = None,
     ) -> EnvRecord:
-        """Records one designer attempt with its gate verdict; returns the stored row."""
+        """Records one designer attempt with its gate verdict; returns the stored row. `parent_id` is the
+        attempt a repair repairs; `mutation_of` the archived environment a mutation design changes."""
         rid = env_id(code, step, attempt)
         suffix = 1
         while self.get(rid) is not None:
@@ -159,7 +176,7 @@ class Memory:
         rec = EnvRecord(id=rid, code=code, kind=kind, skill=skill, name=name, origin=origin,
                         status="valid" if valid else "invalid", doc_id=doc_id, parent_id=parent_id,
                         attempt=attempt, verdict_valid=valid, verdict_gate=gate, verdict_reason=reason,
-                        step=step)  # fmt: skip
+                        step=step, mutation_of=mutation_of)  # fmt: skip
         return self.add(rec)
 
     def update_stats(
@@ -287,6 +304,24 @@ class Memory:
         lo, hi = self.config.negative_low, self.config.negative_high
         pool = self._prefer(kind, skill, lambda r: r.measured and (r.win_rate_no_hint > hi or r.win_rate_no_hint < lo))
         return self.rng.sample(pool, min(n, len(pool)))
+
+    def mutation_parents(self, kind: str, skill: str | None = None, rule: str = "band_then_regret") -> list[EnvRecord]:
+        """Archived, measured environments of `kind` eligible as mutation parents, best first: those of `skill`
+        where there are any, else of the kind. `rule` (DesignerConfig.mutation_parents): "band_then_regret" =
+        win rate in `positive_band` first, each group by regret (highest first); "band" = in-band only;
+        "regret" = all by regret. Ties: the most recent first."""
+        if rule not in ("band_then_regret", "band", "regret"):
+            raise ValueError(f"mutation parents: unknown rule {rule!r}")
+        lo, hi = self.config.positive_band
+
+        def in_band(r: EnvRecord) -> bool:
+            return lo <= r.win_rate_no_hint <= hi
+
+        entries = [r for r in self.archive(kind) if r.measured and (rule != "band" or in_band(r))]
+        if skill:
+            entries = [r for r in entries if r.skill == skill] or entries
+        band_first = rule == "band_then_regret"
+        return sorted(entries, key=lambda r: (band_first and not in_band(r), -(r.regret or 0.0), -r.step))
 
     def _prefer(self, kind: str | None, skill: str | None, keep) -> list[EnvRecord]:
         """Matching archive entries of the same kind and skill, else same kind, else any."""
