@@ -63,6 +63,7 @@ class MemoryConfig:
 
 
 ON_INVALID = ("resample", "repair")
+CONTRACTS = ("full", "short")  # DesignerConfig.contract (the texts: spade_jax.envs.contract.CONTRACTS)
 
 
 @dataclass
@@ -88,10 +89,13 @@ class DesignerConfig:
     use_corpus: bool = True
     use_memory: bool = True
     train_on_repairs: bool = True
+    contract: str = "full"  # the contract text in the prompt: "full", or "short" (< 700 tokens, small models)
 
     def __post_init__(self) -> None:
         if self.on_invalid not in ON_INVALID:
             raise ValueError(f"designer.on_invalid={self.on_invalid!r}; expected one of {ON_INVALID}")
+        if self.contract not in CONTRACTS:
+            raise ValueError(f"designer.contract={self.contract!r}; expected one of {CONTRACTS}")
         if self.max_resamples < 0 or self.max_repairs < 0:
             raise ValueError("designer.max_resamples and designer.max_repairs must be >= 0")
 

@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from spade_jax.envs.contract import CONTRACT_TEXT
+from spade_jax.envs.contract import contract_text
 from spade_jax.envs.gates import GateConfig, Verdict, validate
 from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
@@ -74,10 +74,10 @@ def _negative_block(recs: Sequence[EnvRecord]) -> str:
     return "\n".join(lines)
 
 
-def design_messages(parts: PromptParts) -> list[dict]:
-    """Chat messages of a designer prompt."""
+def design_messages(parts: PromptParts, contract: str = "full") -> list[dict]:
+    """Chat messages of a designer prompt (`contract`: which contract text, DesignerConfig.contract)."""
     t = parts.target
-    sections = [CONTRACT_TEXT.strip(), "# Your task"]
+    sections = [contract_text(contract).strip(), "# Your task"]
     sections.append(
         f'Write a NEW environment of kind "{t.kind}" ({_KIND_NOTES.get(t.kind, t.kind)}) that trains the skill: '
         f'{t.skill}. Set KIND = "{t.kind}" and SKILL = "{t.skill}".'
@@ -204,7 +204,7 @@ class Designer:
         budget = self.prompt_budget
 
         def render(p: PromptParts) -> tuple[list[dict], list[int]]:
-            msgs = design_messages(p)
+            msgs = design_messages(p, self.config.contract)
             return msgs, self.encode(msgs + (extra or []))
 
         msgs, ids = render(parts)
