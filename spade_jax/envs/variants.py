@@ -6,7 +6,8 @@ easiest to the hardest, with the seed's own value among them. A variant rewrites
 `NAME` in the source (located with `ast`; the rest of the file, comments and layout included, is left as
 written), so it is a program of exactly the seed library's kind, at another difficulty. Every value in the
 tables keeps the environment valid under the gates (random play wins at most 15%, the reference still
-wins); tests/test_envs_variants.py checks samples of them in the sandbox.
+wins): a one-off gate run passed all 388 variants; tests/test_envs_variants.py checks each
+table's easiest and hardest variant in the sandbox.
 
 `direction="easier"` moves every knob to the seed's value or easier (at least one strictly), `"harder"`
 the other way, `"any"` anywhere. Variants are drawn deterministically from `seed`, without repeats.
