@@ -29,8 +29,23 @@ class WarmStartConfig:
     agent_episodes_per_seed: int = 2
     designer_examples_per_seed: int = 1  # 0: agent conversations only
     designer_seeds: int = 0  # how many seeds get designer examples (0: all)
+    # Programmatic variants (spade_jax.envs.variants: the seed with other difficulty constants and NAME) per
+    # seed, each one more designer example answered with the variant's source; 0: the seeds' own code only.
+    designer_variants_per_seed: int = 0
+    designer_variant_direction: str = "any"  # "any", "easier" or "harder" than the seed
     batch_size: int = 8
     probe_designs: int = 4  # designer attempts measured before and after (valid-environment rate); 0 skips
+
+    def __post_init__(self) -> None:
+        from spade_jax.envs.variants import DIRECTIONS
+
+        if self.designer_variant_direction not in DIRECTIONS:
+            raise ValueError(
+                f"warmstart.designer_variant_direction={self.designer_variant_direction!r}; expected one of "
+                f"{DIRECTIONS}"
+            )
+        if self.designer_variants_per_seed < 0 or self.designer_examples_per_seed < 0:
+            raise ValueError("warmstart.designer_examples_per_seed and designer_variants_per_seed must be >= 0")
 
 
 class ReferencePolicy:
@@ -74,14 +89,31 @@ def agent_examples(pool: Any, tokenizer: Any, seeds: list[Any], rollout_cfg: Any
     ]
 
 
-def designer_examples(designer: Any, tokenizer: Any, seeds: list[Any], per_seed: int) -> list[Sample]:
-    """Designer prompts for each seed's kind and skill, answered with that seed's source in a code block."""
+def designer_examples(
+    designer: Any,
+    tokenizer: Any,
+    seeds: list[Any],
+    per_seed: int,
+    *,
+    variants: int = 0,
+    variant_seed: int = 0,
+    direction: str = "any",
+) -> list[Sample]:
+    """Designer prompts for each seed's kind and skill, answered with that seed's source in a code block
+    (`per_seed` times), and with each of up to `variants` programmatic variants of it (once each). The
+    prompts come from `designer.fit`, so they are the prompts the designer is given in self-play."""
+    from spade_jax.envs.variants import PARAMS, make_variants
+
     eos = list(getattr(tokenizer, "eos_ids", ()) or ())[:1]
     out = []
     for s in seeds:
-        source = s.path.read_text().strip()
-        answer = list(tokenizer.encode(f"```python\n{source}\n```", add_special_tokens=False)) + eos
-        for _ in range(per_seed):
+        source = s.path.read_text()
+        answers = [source] * per_seed
+        if variants and s.name in PARAMS:  # seeds without a variant table get none
+            found = make_variants(s.name, variants, rng_seed=variant_seed, direction=direction, source=source)
+            answers += [v.source for v in found]
+        for text in answers:
+            answer = list(tokenizer.encode(f"```python\n{text.strip()}\n```", add_special_tokens=False)) + eos
             _, prompt_ids, _ = designer.fit(designer.parts_for(DesignTarget(s.kind, s.skill)))
             out.append(Sample(prompt_ids, answer, advantage=1.0, role=1))
     return out
@@ -106,7 +138,11 @@ def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dic
     samples = agent_examples(parts.pool, parts.tokenizer, seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
     rng = random.Random(parts.cfg.loop.seed)
     design_seeds = rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
-    samples += designer_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed)
+    samples += designer_examples(
+        sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed,
+        variants=cfg.designer_variants_per_seed, variant_seed=parts.cfg.loop.seed,
+        direction=cfg.designer_variant_direction,
+    )  # fmt: skip
     limit = parts.cfg.max_total_len
     samples = [s for s in samples if len(s) <= limit]
     # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments

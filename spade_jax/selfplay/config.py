@@ -65,6 +65,7 @@ class MemoryConfig:
 
 ON_INVALID = ("resample", "repair")
 MUTATION_PARENTS = ("band_then_regret", "band", "regret")  # DesignerConfig.mutation_parents
+CONTRACTS = ("full", "short")  # DesignerConfig.contract (the texts: spade_jax.envs.contract.CONTRACTS)
 
 
 @dataclass
@@ -101,6 +102,7 @@ class DesignerConfig:
     train_on_repairs: bool = True
     mutation_share: float = 0.0
     mutation_parents: str = "band_then_regret"
+    contract: str = "full"  # the contract text in the prompt: "full", or "short" (< 700 tokens, small models)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.mutation_share <= 1.0:
@@ -111,6 +113,8 @@ class DesignerConfig:
             raise ValueError("designer.mutation_share > 0 needs designer.use_memory (parents come from the memory)")
         if self.on_invalid not in ON_INVALID:
             raise ValueError(f"designer.on_invalid={self.on_invalid!r}; expected one of {ON_INVALID}")
+        if self.contract not in CONTRACTS:
+            raise ValueError(f"designer.contract={self.contract!r}; expected one of {CONTRACTS}")
         if self.max_resamples < 0 or self.max_repairs < 0:
             raise ValueError("designer.max_resamples and designer.max_repairs must be >= 0")
 

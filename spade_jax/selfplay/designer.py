@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from spade_jax.envs.contract import CONTRACT_TEXT
+from spade_jax.envs.contract import contract_text
 from spade_jax.envs.gates import GateConfig, Verdict, validate
 from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
@@ -89,10 +89,10 @@ def _negative_block(recs: Sequence[EnvRecord]) -> str:
     return "\n".join(lines)
 
 
-def design_messages(parts: PromptParts) -> list[dict]:
-    """Chat messages of a designer prompt."""
+def design_messages(parts: PromptParts, contract: str = "full") -> list[dict]:
+    """Chat messages of a designer prompt (`contract`: which contract text, DesignerConfig.contract)."""
     t = parts.target
-    sections = [CONTRACT_TEXT.strip(), "# Your task"]
+    sections = [contract_text(contract).strip(), "# Your task"]
     sections.append(
         f'Write a NEW environment of kind "{t.kind}" ({_KIND_NOTES.get(t.kind, t.kind)}) that trains the skill: '
         f'{t.skill}. Set KIND = "{t.kind}" and SKILL = "{t.skill}".'
@@ -143,7 +143,7 @@ def mutation_direction(win_rate: float, band: tuple[float, float]) -> str:
 
 
 def mutation_messages(
-    parent: EnvRecord, target: DesignTarget, band: tuple[float, float], contract: str | None = CONTRACT_TEXT
+    parent: EnvRecord, target: DesignTarget, band: tuple[float, float], contract: str | None = contract_text("full")
 ) -> list[dict]:
     """Chat messages of a mutation prompt: the parent's complete code, its measured unhinted win rate and
     regret, and the change its win rate calls for (`mutation_direction`). `contract=None` leaves the contract
@@ -276,7 +276,7 @@ class Designer:
         budget = self.prompt_budget
 
         def render(p: PromptParts) -> tuple[list[dict], list[int]]:
-            msgs = design_messages(p)
+            msgs = design_messages(p, self.config.contract)
             return msgs, self.encode(msgs + (extra or []))
 
         msgs, ids = render(parts)
@@ -316,7 +316,7 @@ class Designer:
         parent = self.memory.get(target.parent_id) if target.parent_id else None
         if parent is None or parent.status != "valid" or not parent.measured:
             return None
-        for contract in (CONTRACT_TEXT, None):  # the contract goes first when both do not fit
+        for contract in (contract_text(self.config.contract), None):  # the contract goes first when both do not fit
             msgs = mutation_messages(parent, target, self.memory.config.positive_band, contract)
             ids = self.encode(msgs + (extra or []))
             if len(ids) <= self.prompt_budget:

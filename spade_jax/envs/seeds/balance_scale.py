@@ -1,4 +1,4 @@
-"""Logical deduction: find the one counterfeit coin among 12 (heavier or lighter) with 3 weighings."""
+"""Logical deduction: find the one counterfeit coin (heavier or lighter) with a few weighings on a balance."""
 
 from spade_jax.envs.base import GameEnv
 
@@ -7,17 +7,19 @@ class BalanceScale(GameEnv):
     KIND = "game"
     SKILL = "logical deduction"
     NAME = "balance_scale"
-    ACTION_EXAMPLE = "\\boxed{weigh 1 2 3 4 vs 5 6 7 8}"
+    ACTION_EXAMPLE = "\\boxed{weigh 1 2 vs 3 4}"
+    COINS = 12
+    WEIGHINGS = 3
 
     def setup(self) -> str:
-        self.fake = self.rng.randint(1, 12)
+        self.fake = self.rng.randint(1, self.COINS)
         self.heavy = self.rng.random() < 0.5
-        self.weighings_left = 3
+        self.weighings_left = self.WEIGHINGS
         return (
-            "12 coins are numbered 1-12. One is fake: it is either heavier or lighter than the others. "
-            "You may use the balance 3 times, then you must name the fake coin and whether it is heavy or "
-            "light (one answer only; a wrong answer loses).\n"
-            "Commands: \\boxed{weigh 1 2 3 4 vs 5 6 7 8} or \\boxed{answer 7 heavy}."
+            f"{self.COINS} coins are numbered 1-{self.COINS}. One is fake: it is either heavier or lighter than "
+            f"the others. You may use the balance {self.WEIGHINGS} times, then you must name the fake coin and "
+            "whether it is heavy or light (one answer only; a wrong answer loses).\n"
+            "Commands: \\boxed{weigh 1 2 vs 3 4} or \\boxed{answer 5 heavy}."
         )
 
     def play(self, command: str):
@@ -33,12 +35,13 @@ class BalanceScale(GameEnv):
         try:
             left, right = [int(w) for w in words[1:cut]], [int(w) for w in words[cut + 1 :]]
         except ValueError:
-            return "Invalid: coins are numbers 1-12, e.g. \\boxed{weigh 1 2 vs 3 4}."
+            return f"Invalid: coins are numbers 1-{self.COINS}, e.g. \\boxed{{weigh 1 2 vs 3 4}}."
         coins = left + right
-        if not left or len(left) != len(right) or len(set(coins)) != len(coins) or not all(1 <= c <= 12 for c in coins):
-            return "Invalid weighing: put the same number of distinct coins (1-12) on each side."
+        in_range = all(1 <= c <= self.COINS for c in coins)
+        if not left or len(left) != len(right) or len(set(coins)) != len(coins) or not in_range:
+            return f"Invalid weighing: put the same number of distinct coins (1-{self.COINS}) on each side."
         if self.weighings_left == 0:
-            return "No weighings left. Answer now, e.g. \\boxed{answer 7 heavy}."
+            return "No weighings left. Answer now, e.g. \\boxed{answer 5 heavy}."
         self.weighings_left -= 1
         delta = (self.fake in left) - (self.fake in right)
         delta = delta if self.heavy else -delta
@@ -50,7 +53,7 @@ class BalanceScale(GameEnv):
 
     def hint(self) -> str:
         return (
-            "Split the coins into three groups of four and weigh two groups. Each weighing has three "
+            "Split the coins into three equal groups and weigh two of them. Each weighing has three "
             "outcomes, so plan each one to divide the remaining possibilities (coin and heavy/light) by three."
         )
 
@@ -59,7 +62,7 @@ class BalanceScale(GameEnv):
 
     def random_action(self, rng) -> str:
         if rng.random() < 0.25:
-            return self.boxed(f"answer {rng.randint(1, 12)} {rng.choice(['heavy', 'light'])}")
-        coins = rng.sample(range(1, 13), 2 * rng.randint(1, 6))
+            return self.boxed(f"answer {rng.randint(1, self.COINS)} {rng.choice(['heavy', 'light'])}")
+        coins = rng.sample(range(1, self.COINS + 1), 2 * rng.randint(1, self.COINS // 2))
         half = len(coins) // 2
         return self.boxed(f"weigh {' '.join(map(str, coins[:half]))} vs {' '.join(map(str, coins[half:]))}")

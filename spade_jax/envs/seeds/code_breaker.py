@@ -1,4 +1,4 @@
-"""Logical deduction: a Mastermind-style game; deduce a hidden 4-digit code from bulls/cows feedback."""
+"""Logical deduction: a Mastermind-style game; deduce a hidden digit code from bulls/cows feedback."""
 
 import itertools
 
@@ -16,26 +16,31 @@ class CodeBreaker(GameEnv):
     SKILL = "logical deduction"
     NAME = "code_breaker"
     ACTION_EXAMPLE = "\\boxed{1122}"
+    LENGTH = 4
+    DIGITS = 6
+    GUESSES = 10
 
     def setup(self) -> str:
-        self.secret = "".join(self.rng.choice("123456") for _ in range(4))
+        self.alphabet = "123456789"[: self.DIGITS]
+        self.secret = "".join(self.rng.choice(self.alphabet) for _ in range(self.LENGTH))
         self.history: list[tuple[str, int, int]] = []
-        self.guesses_left = 10
+        self.guesses_left = self.GUESSES
         return (
-            "Guess my secret code: 4 digits, each from 1 to 6 (digits may repeat). After each guess I "
-            "tell you BULLS (right digit, right place) and COWS (right digit, wrong place). You have 10 "
-            "guesses; find the code to win. Reply with a guess in a box, e.g. \\boxed{1122}."
+            f"Guess my secret code: {self.LENGTH} digits, each from 1 to {self.DIGITS} (digits may repeat). "
+            "After each guess I tell you BULLS (right digit, right place) and COWS (right digit, wrong place). "
+            f"You have {self.GUESSES} guesses; find the code to win. Reply with a guess in a box, e.g. "
+            f"\\boxed{{{'12' * (self.LENGTH // 2) + '1' * (self.LENGTH % 2)}}}."
         )
 
     def play(self, command: str):
         guess = command.replace(" ", "")
-        if len(guess) != 4 or any(c not in "123456" for c in guess):
-            return "Invalid guess: send exactly 4 digits from 1-6, e.g. \\boxed{1234}."
+        if len(guess) != self.LENGTH or any(c not in self.alphabet for c in guess):
+            return f"Invalid guess: send exactly {self.LENGTH} digits from 1-{self.DIGITS}."
         self.guesses_left -= 1
         bulls, cows = score(self.secret, guess)
         self.history.append((guess, bulls, cows))
-        if bulls == 4:
-            return self.win(f"{guess}: 4 bulls. You cracked the code!")
+        if bulls == self.LENGTH:
+            return self.win(f"{guess}: {bulls} bulls. You cracked the code!")
         if self.guesses_left == 0:
             return self.lose(f"{guess}: {bulls} bulls, {cows} cows. Out of guesses; the code was {self.secret}.")
         past = "; ".join(f"{g}={b}B{c}C" for g, b, c in self.history)
@@ -45,16 +50,16 @@ class CodeBreaker(GameEnv):
         digits = len(set(self.secret))
         return (
             f"The code uses {digits} distinct digit(s). Make every new guess consistent with all "
-            "feedback so far; early guesses like 1122 and 3344 reveal which digits appear."
+            "feedback so far; early guesses that repeat two digits reveal which digits appear."
         )
 
     def reference_action(self) -> str:
         # An honest solver: the first code consistent with all feedback so far.
-        for combo in itertools.product("123456", repeat=4):
+        for combo in itertools.product(self.alphabet, repeat=self.LENGTH):
             cand = "".join(combo)
             if all(score(cand, g) == (b, c) for g, b, c in self.history):
                 return self.boxed(cand)
         return self.boxed(self.secret)
 
     def random_action(self, rng) -> str:
-        return self.boxed("".join(rng.choice("123456") for _ in range(4)))
+        return self.boxed("".join(rng.choice(self.alphabet) for _ in range(self.LENGTH)))

@@ -24,11 +24,13 @@ class DateOffset(ReasoningEnv):
     SKILL = "mathematical reasoning"
     NAME = "date_offset"
     MAX_ATTEMPTS = 2
+    MIN_OFFSET = 20
+    MAX_OFFSET = 150
 
     def setup(self) -> str:
         self.month = self.rng.randrange(12)
         self.day = self.rng.randint(1, LENGTHS[self.month])
-        self.offset = self.rng.randint(20, 150)
+        self.offset = self.rng.randint(self.MIN_OFFSET, self.MAX_OFFSET)
         day_of_year = sum(LENGTHS[: self.month]) + self.day - 1 + self.offset
         m = 0
         while day_of_year >= LENGTHS[m % 12]:

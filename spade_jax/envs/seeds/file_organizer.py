@@ -18,11 +18,12 @@ class FileOrganizer(ToolEnv):
     KIND = "tool"
     SKILL = "file system"
     NAME = "file_organizer"
+    FILES = 9
 
     def setup(self) -> str:
         self.files: dict[str, str] = {}
-        numbers = self.rng.sample(range(1000, 9999), 9)
-        names = self.rng.sample([f"{w}_{i}.txt" for w in WORDS for i in range(1, 4)], 9)
+        numbers = self.rng.sample(range(1000, 9999), self.FILES)
+        names = self.rng.sample([f"{w}_{i}.txt" for w in WORDS for i in range(1, 4)], self.FILES)
         for k, name in enumerate(names):
             line = self.rng.choice(LINES).format(n=numbers[k])
             self.files[f"{self.rng.choice(DIRS)}/{name}"] = line

@@ -10,13 +10,15 @@ class FlightBooking(ToolEnv):
     KIND = "tool"
     SKILL = "travel booking"
     NAME = "flight_booking"
+    FLIGHTS = 30
+    ON_ROUTE = 9
 
     def setup(self) -> str:
         self.origin, self.dest = self.rng.sample(CITIES, 2)
         self.passenger = self.rng.choice(PASSENGERS)
         self.flights: dict[str, dict] = {}
-        for k in range(30):
-            o, d = (self.origin, self.dest) if k < 9 else self.rng.sample(CITIES, 2)
+        for k in range(self.FLIGHTS):
+            o, d = (self.origin, self.dest) if k < self.ON_ROUTE else self.rng.sample(CITIES, 2)
             self.flights[f"FL{200 + k}"] = {
                 "origin": o,
                 "destination": d,

@@ -6,7 +6,6 @@ from spade_jax.envs.base import GameEnv
 
 DIRS = {"up": (-1, 0), "down": (1, 0), "left": (0, -1), "right": (0, 1)}
 ALIASES = {"u": "up", "d": "down", "l": "left", "r": "right", "n": "up", "s": "down", "w": "left", "e": "right"}
-SIZE = 7
 
 
 class GridMaze(GameEnv):
@@ -14,27 +13,31 @@ class GridMaze(GameEnv):
     SKILL = "spatial reasoning"
     NAME = "grid_maze"
     ACTION_EXAMPLE = "\\boxed{up}"
+    SIZE = 7
+    MIN_DISTANCE = 7
+    SPARE_MOVES = 2
 
     def setup(self) -> str:
         while True:
-            self.walls = {(r, c) for r in range(SIZE) for c in range(SIZE) if self.rng.random() < 0.3}
-            free = [(r, c) for r in range(SIZE) for c in range(SIZE) if (r, c) not in self.walls]
+            n = self.SIZE
+            self.walls = {(r, c) for r in range(n) for c in range(n) if self.rng.random() < 0.3}
+            free = [(r, c) for r in range(n) for c in range(n) if (r, c) not in self.walls]
             self.pos, self.exit = self.rng.sample(free, 2)
             dist = self.distances().get(self.pos)
-            if dist is not None and dist >= 7:
+            if dist is not None and dist >= self.MIN_DISTANCE:
                 break
-        self.moves_left = dist + 2
+        self.moves_left = dist + self.SPARE_MOVES
         return (
-            "You are A in a 7x7 maze; # is a wall, . is open, E is the exit. Reach E within "
+            f"You are A in a {self.SIZE}x{self.SIZE} maze; # is a wall, . is open, E is the exit. Reach E within "
             f"{self.moves_left} moves (walking into a wall or the edge wastes a move). Each turn reply with "
             "one move in a box: \\boxed{up}, \\boxed{down}, \\boxed{left} or \\boxed{right}.\n" + self.render()
         )
 
     def render(self) -> str:
         rows = []
-        for r in range(SIZE):
+        for r in range(self.SIZE):
             row = ""
-            for c in range(SIZE):
+            for c in range(self.SIZE):
                 cell = (r, c)
                 row += "A" if cell == self.pos else "E" if cell == self.exit else "#" if cell in self.walls else "."
             rows.append(row)
@@ -48,7 +51,7 @@ class GridMaze(GameEnv):
             r, c = queue.popleft()
             for dr, dc in DIRS.values():
                 nxt = (r + dr, c + dc)
-                if 0 <= nxt[0] < SIZE and 0 <= nxt[1] < SIZE and nxt not in self.walls and nxt not in dist:
+                if 0 <= nxt[0] < self.SIZE and 0 <= nxt[1] < self.SIZE and nxt not in self.walls and nxt not in dist:
                     dist[nxt] = dist[(r, c)] + 1
                     queue.append(nxt)
         return dist
@@ -61,7 +64,7 @@ class GridMaze(GameEnv):
         self.moves_left -= 1
         dr, dc = DIRS[move]
         nxt = (self.pos[0] + dr, self.pos[1] + dc)
-        blocked = not (0 <= nxt[0] < SIZE and 0 <= nxt[1] < SIZE) or nxt in self.walls
+        blocked = not (0 <= nxt[0] < self.SIZE and 0 <= nxt[1] < self.SIZE) or nxt in self.walls
         if not blocked:
             self.pos = nxt
         if self.pos == self.exit:
@@ -82,7 +85,7 @@ class GridMaze(GameEnv):
     def hint(self) -> str:
         return (
             f"The shortest route is {self.distances()[self.pos]} moves and starts by going {self.best_move()}. "
-            "Trace the whole route on the map before moving; you have only 2 spare moves."
+            f"Trace the whole route on the map before moving; you have only {self.SPARE_MOVES} spare moves."
         )
 
     def reference_action(self) -> str:

@@ -9,13 +9,15 @@ class InventoryRestock(ToolEnv):
     KIND = "tool"
     SKILL = "inventory"
     NAME = "inventory_restock"
+    ITEMS = 7
+    LOW_ITEMS = 2
 
     def setup(self) -> str:
         self.items: dict[str, dict] = {}
-        for k, name in enumerate(self.rng.sample(PRODUCTS, 7)):
+        for k, name in enumerate(self.rng.sample(PRODUCTS, self.ITEMS)):
             level = self.rng.randint(10, 40)
             target = level + self.rng.randint(20, 60)
-            stock = self.rng.randint(0, level - 1) if k < 2 else self.rng.randint(0, target)
+            stock = self.rng.randint(0, level - 1) if k < self.LOW_ITEMS else self.rng.randint(0, target)
             self.items[f"SKU{10 + k}"] = {"name": name, "stock": stock, "reorder_level": level, "target": target}
         self.low = sorted(s for s, x in self.items.items() if x["stock"] < x["reorder_level"])
         self.orders: list[tuple[str, int]] = []

@@ -10,10 +10,12 @@ class KnapsackPick(GameEnv):
     SKILL = "optimization"
     NAME = "knapsack_pick"
     ACTION_EXAMPLE = "\\boxed{add 2}"
+    ITEMS = 6
+    MAX_WEIGHT = 9
 
     def setup(self) -> str:
-        n = 6
-        self.items = [(self.rng.randint(2, 9), self.rng.randint(3, 20)) for _ in range(n)]
+        n = self.ITEMS
+        self.items = [(self.rng.randint(2, self.MAX_WEIGHT), self.rng.randint(3, 20)) for _ in range(n)]
         self.capacity = sum(w for w, _ in self.items) // 2
         self.best_value, self.best = max(
             (sum(self.items[i][1] for i in s), s)

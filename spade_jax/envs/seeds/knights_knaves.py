@@ -4,17 +4,18 @@ import itertools
 
 from spade_jax.envs.base import ReasoningEnv
 
-NAMES = ("Ada", "Ben", "Cal", "Dot")
+NAMES = ("Ada", "Ben", "Cal", "Dot", "Eve", "Fay")
 
 
 class KnightsKnaves(ReasoningEnv):
     KIND = "reasoning"
     SKILL = "logical deduction"
     NAME = "knights_knaves"
+    PEOPLE = 4
 
     def statement(self, speaker: int):
         kind = self.rng.randrange(3)
-        a, b = self.rng.sample([i for i in range(4) if i != speaker], 2)
+        a, b = self.rng.sample([i for i in range(self.PEOPLE) if i != speaker], 2)
         if kind == 0:
             return f"{NAMES[a]} is a knave.", lambda w: not w[a]
         if kind == 1:
@@ -23,10 +24,10 @@ class KnightsKnaves(ReasoningEnv):
 
     def setup(self) -> str:
         while True:
-            said = [self.statement(i) for i in range(4)]
+            said = [self.statement(i) for i in range(self.PEOPLE)]
             worlds = [
                 w
-                for w in itertools.product([True, False], repeat=4)
+                for w in itertools.product([True, False], repeat=self.PEOPLE)
                 if all(w[i] == check(w) for i, (_, check) in enumerate(said))
             ]
             if len(worlds) == 1:
@@ -35,8 +36,8 @@ class KnightsKnaves(ReasoningEnv):
         lines = "\n".join(f'{NAMES[i]} says: "{text}"' for i, (text, _) in enumerate(said))
         return (
             "On this island every person is a knight (always tells the truth) or a knave (always lies).\n"
-            f"{lines}\nWho is a knight? Answer with four letters for {', '.join(NAMES)} in order, K for knight "
-            "and N for knave, e.g. \\boxed{KNNK}."
+            f"{lines}\nWho is a knight? Answer with {self.PEOPLE} letters for {', '.join(NAMES[: self.PEOPLE])} in "
+            f"order, K for knight and N for knave, e.g. \\boxed{{{('KN' * self.PEOPLE)[: self.PEOPLE]}}}."
         )
 
     def check_answer(self, answer: str) -> bool:
@@ -49,4 +50,4 @@ class KnightsKnaves(ReasoningEnv):
         return self.boxed(self.solution)
 
     def random_action(self, rng) -> str:
-        return self.boxed("".join(rng.choice("KN") for _ in range(4)))
+        return self.boxed("".join(rng.choice("KN") for _ in range(self.PEOPLE)))

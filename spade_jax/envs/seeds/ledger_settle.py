@@ -10,6 +10,8 @@ class LedgerSettle(ToolEnv):
     KIND = "tool"
     SKILL = "bank ledger"
     NAME = "ledger_settle"
+    MIN_ROWS = 3
+    MAX_ROWS = 6
 
     def setup(self) -> str:
         self.overdrawn, self.source = self.rng.sample(ACCOUNTS, 2)
@@ -17,7 +19,7 @@ class LedgerSettle(ToolEnv):
         for acct in ACCOUNTS:
             rows = [
                 {"memo": self.rng.choice(MEMOS), "amount": self.rng.randint(-300, 300)}
-                for _ in range(self.rng.randint(3, 6))
+                for _ in range(self.rng.randint(self.MIN_ROWS, self.MAX_ROWS))
             ]
             self.tx[acct] = rows
         self.tx[self.overdrawn].append(

@@ -28,6 +28,7 @@ class LightSwitches(GameEnv):
     SKILL = "causal inference"
     NAME = "light_switches"
     ACTION_EXAMPLE = "\\boxed{3}"
+    PRESSES = 14
 
     def setup(self) -> str:
         full = (1 << N) - 1
@@ -37,10 +38,10 @@ class LightSwitches(GameEnv):
             plan = solve(self.wiring, full ^ self.lamps)
             if plan is not None and len(plan) >= 3 and all(solve(self.wiring, 1 << k) for k in range(N)):
                 break
-        self.presses_left = 14
+        self.presses_left = self.PRESSES
         return (
             f"There are {N} lamps (1 = on, 0 = off) and {N} switches. Each switch secretly toggles a fixed "
-            "set of lamps. Turn ALL lamps on within 14 presses; otherwise you lose. Each turn press one "
+            f"set of lamps. Turn ALL lamps on within {self.PRESSES} presses; otherwise you lose. Each turn press one "
             f"switch, e.g. \\boxed{{3}}.\nLamps: {self.show()}"
         )
 

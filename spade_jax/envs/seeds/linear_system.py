@@ -14,11 +14,14 @@ class LinearSystem(ReasoningEnv):
     SKILL = "mathematical reasoning"
     NAME = "linear_system"
     MAX_ATTEMPTS = 2
+    MAX_SOLUTION = 9
+    MAX_COEF = 6
 
     def setup(self) -> str:
-        self.x, self.y = self.rng.randint(-9, 9), self.rng.randint(-9, 9)
+        m = self.MAX_SOLUTION
+        self.x, self.y = self.rng.randint(-m, m), self.rng.randint(-m, m)
         while True:
-            a, b, c, d = (self.rng.choice([k for k in range(-6, 7) if k]) for _ in range(4))
+            a, b, c, d = (self.rng.choice([k for k in range(-self.MAX_COEF, self.MAX_COEF + 1) if k]) for _ in range(4))
             if a * d - b * c != 0:
                 break
         eqs = [f"{term(p, 'x', True)} {term(q, 'y', False)} = {p * self.x + q * self.y}" for p, q in ((a, b), (c, d))]
@@ -37,4 +40,5 @@ class LinearSystem(ReasoningEnv):
         return self.boxed(f"{self.x}, {self.y}")
 
     def random_action(self, rng) -> str:
-        return self.boxed(f"{rng.randint(-9, 9)}, {rng.randint(-9, 9)}")
+        m = self.MAX_SOLUTION
+        return self.boxed(f"{rng.randint(-m, m)}, {rng.randint(-m, m)}")

@@ -10,25 +10,28 @@ class MeetingScheduler(ToolEnv):
     KIND = "tool"
     SKILL = "calendar"
     NAME = "meeting_scheduler"
+    GUESTS = 2
+    MAX_BUSY = 4
+    EARLIEST = 11
 
     def setup(self) -> str:
         while True:
             self.busy = {p: self.random_day() for p in PEOPLE}
-            self.guests = sorted(self.rng.sample(PEOPLE[1:], 2))
+            self.guests = sorted(self.rng.sample(PEOPLE[1:], self.GUESTS))
             self.duration = self.rng.randint(1, 2)
             self.title = self.rng.choice(TITLES)
             self.best = self.earliest()
-            if self.best is not None and self.best >= 11:
+            if self.best is not None and self.best >= self.EARLIEST:
                 break
         self.events: list[dict] = []
         return (
-            f"Schedule a {self.duration}-hour meeting titled '{self.title}' for you, {self.guests[0]} and "
-            f"{self.guests[1]} today at the EARLIEST time all three are free, between 9 and 17 (whole hours). "
+            f"Schedule a {self.duration}-hour meeting titled '{self.title}' for you, {' and '.join(self.guests)} "
+            "today at the EARLIEST time all of you are free, between 9 and 17 (whole hours). "
             "Create exactly one event, then answer with its start hour (e.g. 14)."
         )
 
     def random_day(self) -> list[list[int]]:
-        hours = sorted(self.rng.sample(range(9, 17), self.rng.randint(2, 4)))
+        hours = sorted(self.rng.sample(range(9, 17), self.rng.randint(2, self.MAX_BUSY)))
         return [[h, h + 1] for h in hours]
 
     def free(self, person: str, start: int, end: int) -> bool:
@@ -76,7 +79,7 @@ class MeetingScheduler(ToolEnv):
         return ok and answer.strip().split(":")[0] == str(self.best)
 
     def hint(self) -> str:
-        return "Fetch the busy hours of all three people and scan start hours from 9 upward until one fits everyone."
+        return "Fetch the busy hours of everyone and scan start hours from 9 upward until one fits everyone."
 
     def reference_action(self) -> str:
         if not self.events:

@@ -10,17 +10,18 @@ class MemoryPairs(GameEnv):
     SKILL = "memory recall"
     NAME = "memory_pairs"
     ACTION_EXAMPLE = "\\boxed{3 8}"
+    TURNS = 14
 
     def setup(self) -> str:
-        self.cards = list("ABCDEF"[:PAIRS] * 2)
+        self.cards = list("ABCDEFGHIJ"[:PAIRS] * 2)
         self.rng.shuffle(self.cards)
         self.matched: set[int] = set()
         self.seen: dict[int, str] = {}
-        self.flips_left = 14
+        self.flips_left = self.TURNS
         return (
             f"Memory game: {2 * PAIRS} face-down cards numbered 1-{2 * PAIRS} hide {PAIRS} pairs of letters. "
             "Each turn flip two cards; a matching pair stays found, otherwise both are hidden again (I show "
-            "them only once, so remember them). Find all pairs within 14 turns to win. "
+            f"them only once, so remember them). Find all pairs within {self.TURNS} turns to win. "
             "Reply with two card numbers, e.g. \\boxed{3 8}."
         )
 

@@ -10,10 +10,14 @@ class NimDuel(GameEnv):
     SKILL = "strategic planning"
     NAME = "nim_duel"
     ACTION_EXAMPLE = "\\boxed{2 3}"
+    MAX_HEAP = 7
+    MIN_HEAPS = 3
+    MAX_HEAPS = 4
 
     def setup(self) -> str:
         while True:
-            self.heaps = [self.rng.randint(1, 7) for _ in range(self.rng.randint(3, 4))]
+            count = self.rng.randint(self.MIN_HEAPS, self.MAX_HEAPS)
+            self.heaps = [self.rng.randint(1, self.MAX_HEAP) for _ in range(count)]
             if reduce(lambda a, b: a ^ b, self.heaps) != 0 and sum(self.heaps) >= 8:
                 break
         return (

@@ -15,18 +15,21 @@ class NumberTarget(GameEnv):
     SKILL = "mathematical reasoning"
     NAME = "number_target"
     ACTION_EXAMPLE = "\\boxed{*2}"
+    OPERATIONS = 3
+    MIN_MOVES = 4
+    SPARE_MOVES = 1
 
     def setup(self) -> str:
         while True:
-            self.ops = sorted(self.rng.sample(OPS, 3))
+            self.ops = sorted(self.rng.sample(OPS, self.OPERATIONS))
             self.value = self.rng.randint(1, 9)
             self.target = self.value
-            for _ in range(self.rng.randint(4, 5)):
+            for _ in range(self.rng.randint(self.MIN_MOVES, self.MIN_MOVES + 1)):
                 self.target = apply(self.target, self.rng.choice(self.ops))
-            dist = self.moves_needed(self.value, 5)
-            if dist is not None and dist >= 4 and self.target > 0:
+            dist = self.moves_needed(self.value, self.MIN_MOVES + 1)
+            if dist is not None and dist >= self.MIN_MOVES and self.target > 0:
                 break
-        self.moves_left = dist + 1
+        self.moves_left = dist + self.SPARE_MOVES
         return (
             f"Start at {self.value}. Reach exactly {self.target} in at most {self.moves_left} moves. "
             f"Each move applies one operation: {', '.join(self.ops)}. If you run out of moves, you lose. "

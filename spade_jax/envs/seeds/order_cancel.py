@@ -10,13 +10,15 @@ class OrderCancel(ToolEnv):
     KIND = "tool"
     SKILL = "orders database"
     NAME = "order_cancel"
+    ORDERS = 12
+    CUSTOMER_ORDERS = 5
 
     def setup(self) -> str:
         self.customer = self.rng.choice(CUSTOMERS)
-        days = self.rng.sample(range(1, 29), 12)
+        days = self.rng.sample(range(1, 29), self.ORDERS)
         self.orders: dict[str, dict] = {}
         for k, day in enumerate(days):
-            who = self.customer if k < 5 else self.rng.choice(CUSTOMERS)
+            who = self.customer if k < self.CUSTOMER_ORDERS else self.rng.choice(CUSTOMERS)
             status = "processing" if k in (0, 1) else self.rng.choice(["processing", "shipped", "delivered"])
             self.orders[f"O{100 + k}"] = {
                 "customer": who,

@@ -7,6 +7,9 @@ class SequenceNext(GameEnv):
     KIND = "game"
     SKILL = "pattern recognition"
     NAME = "sequence_next"
+    SHOWN = 5
+    TO_WIN = 3
+    MISSES = 3
     RULES = ("arithmetic", "geometric", "alternating", "growing_step", "squares", "fibonacci")
 
     def setup(self) -> str:
@@ -14,11 +17,12 @@ class SequenceNext(GameEnv):
         r = self.rng
         self.a, self.b = r.randint(1, 9), r.randint(2, 9)
         self.c = r.randint(1, 5)
-        self.terms = [self.term(i) for i in range(5)]
+        self.terms = [self.term(i) for i in range(self.SHOWN)]
         self.streak, self.misses = 0, 0
         return (
             "Find the hidden rule of this sequence and predict the next number. "
-            "Get 3 predictions right to win; 3 wrong predictions lose. After each prediction the true "
+            f"Get {self.TO_WIN} predictions right to win; {self.MISSES} wrong predictions lose. After each "
+            "prediction the true "
             "next number is revealed.\n"
             f"Sequence: {', '.join(map(str, self.terms))}, ?\n"
             "Reply with the next number in a box, e.g. \\boxed{42}."
@@ -50,14 +54,14 @@ class SequenceNext(GameEnv):
         self.terms.append(truth)
         if guess == truth:
             self.streak += 1
-            if self.streak == 3:
-                return self.win(f"Correct, {truth}. Three right: you win!")
-            verdict = f"Correct ({self.streak}/3)."
+            if self.streak == self.TO_WIN:
+                return self.win(f"Correct, {truth}. {self.TO_WIN} right: you win!")
+            verdict = f"Correct ({self.streak}/{self.TO_WIN})."
         else:
             self.misses += 1
-            if self.misses == 3:
-                return self.lose(f"Wrong, it was {truth}. Three misses: you lose.")
-            verdict = f"Wrong, it was {truth} ({self.misses}/3 misses)."
+            if self.misses == self.MISSES:
+                return self.lose(f"Wrong, it was {truth}. {self.MISSES} misses: you lose.")
+            verdict = f"Wrong, it was {truth} ({self.misses}/{self.MISSES} misses)."
         return f"{verdict}\nSequence: {', '.join(map(str, self.terms))}, ?"
 
     def hint(self) -> str:

@@ -11,14 +11,16 @@ class SimonRecall(GameEnv):
     SKILL = "memory recall"
     NAME = "simon_recall"
     ACTION_EXAMPLE = "\\boxed{red blue}"
+    START = 3
+    LIVES = 2
 
     def setup(self) -> str:
-        self.sequence = [self.rng.choice(COLORS) for _ in range(3)]
-        self.lives = 2
+        self.sequence = [self.rng.choice(COLORS) for _ in range(self.START)]
+        self.lives = self.LIVES
         return (
             f"Simon: remember a growing sequence of colors ({', '.join(COLORS)}). Each round I show only "
             "the NEW color; you reply with the WHOLE sequence so far, in order, separated by spaces. "
-            f"Repeat a sequence of {GOAL} colors to win; 2 mistakes lose.\n"
+            f"Repeat a sequence of {GOAL} colors to win; {self.LIVES} mistake(s) lose.\n"
             f"The sequence starts: {' '.join(self.sequence)}. Reply e.g. \\boxed{{red green blue}}."
         )
 
@@ -44,4 +46,4 @@ class SimonRecall(GameEnv):
         return self.boxed(" ".join(self.sequence))
 
     def random_action(self, rng) -> str:
-        return self.boxed(" ".join(rng.choice(COLORS) for _ in range(rng.randint(3, GOAL))))
+        return self.boxed(" ".join(rng.choice(COLORS) for _ in range(rng.randint(self.START, GOAL))))

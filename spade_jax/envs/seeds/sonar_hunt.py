@@ -2,7 +2,7 @@
 
 from spade_jax.envs.base import GameEnv
 
-ROWS = "ABCDEFGH"
+ROWS = "ABCDEFGHI"
 
 
 class SonarHunt(GameEnv):
@@ -10,21 +10,24 @@ class SonarHunt(GameEnv):
     SKILL = "spatial reasoning"
     NAME = "sonar_hunt"
     ACTION_EXAMPLE = "\\boxed{C5}"
+    GRID = 8
+    PINGS = 4
 
     def setup(self) -> str:
-        self.sub = (self.rng.randrange(8), self.rng.randrange(8))
+        self.sub = (self.rng.randrange(self.GRID), self.rng.randrange(self.GRID))
         self.pings: list[tuple[tuple[int, int], int]] = []
-        self.left = 4
+        self.left = self.PINGS
         return (
-            "A submarine hides on an 8x8 grid: rows A-H (top to bottom), columns 1-8 (left to right). "
-            "Each turn ping one cell. If the submarine is there you win; otherwise I report its distance "
-            "in steps (rows apart + columns apart). You have 4 pings. Reply with a cell, e.g. \\boxed{C5}."
+            f"A submarine hides on a {self.GRID}x{self.GRID} grid: rows A-{ROWS[self.GRID - 1]} (top to bottom), "
+            f"columns 1-{self.GRID} (left to right). Each turn ping one cell. If the submarine is there you win; "
+            "otherwise I report its distance in steps (rows apart + columns apart). "
+            f"You have {self.PINGS} pings. Reply with a cell, e.g. \\boxed{{C3}}."
         )
 
     def play(self, command: str):
         cell = command.strip().upper().replace(" ", "")
-        if len(cell) != 2 or cell[0] not in ROWS or cell[1] not in "12345678":
-            return "Invalid cell: use a row letter A-H and a column 1-8, e.g. \\boxed{D4}."
+        if len(cell) != 2 or cell[0] not in ROWS[: self.GRID] or not "1" <= cell[1] <= str(self.GRID):
+            return f"Invalid cell: use a row letter A-{ROWS[self.GRID - 1]} and a column 1-{self.GRID}."
         r, c = ROWS.index(cell[0]), int(cell[1]) - 1
         self.left -= 1
         if (r, c) == self.sub:
@@ -47,14 +50,14 @@ class SonarHunt(GameEnv):
 
     def reference_action(self) -> str:
         # Honest play: ping corners A1 and A8, then the only cell consistent with both distances.
-        probes = [(0, 0), (0, 7)]
+        probes = [(0, 0), (0, self.GRID - 1)]
         if len(self.pings) < 2:
             return self.boxed(self.name(probes[len(self.pings)]))
-        for r in range(8):
-            for c in range(8):
+        for r in range(self.GRID):
+            for c in range(self.GRID):
                 if all(abs(r - pr) + abs(c - pc) == d for (pr, pc), d in self.pings):
                     return self.boxed(self.name((r, c)))
         return self.boxed("A1")
 
     def random_action(self, rng) -> str:
-        return self.boxed(f"{rng.choice(ROWS)}{rng.randint(1, 8)}")
+        return self.boxed(f"{rng.choice(ROWS[: self.GRID])}{rng.randint(1, self.GRID)}")
