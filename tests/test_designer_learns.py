@@ -17,7 +17,7 @@ default temperature 0.6) and in the exact probability of the HARD completion; th
 rate 0 does not move.
 
 What the test changes, and why that does not weaken it:
-- the contract text in the designer prompt is one line (`CONTRACT_TEXT` patched in the designer module): the
+- the contract text in the designer prompt is one line (the designer module's `contract_text` patched): the
   real 2.5K-token contract makes each step of a 64-wide model with a 49K vocabulary ~10x slower; the prompt
   is still rendered by `Designer.fit(parts_for(...))` with the chat template, and the contract's content
   plays no part in what is tested (how the reward moves the designer's choice);
@@ -207,7 +207,7 @@ def test_the_designer_learns_to_write_the_in_band_program(pool, monkeypatch):
     from spade_jax.model.loading import load_model
     from spade_jax.sampling import Sampler
 
-    monkeypatch.setattr(designer_module, "CONTRACT_TEXT", SHORT_CONTRACT)
+    monkeypatch.setattr(designer_module, "contract_text", lambda name="full": SHORT_CONTRACT)
     _, model, tokenizer = load_model(MODEL, seed=SEED)
     probe = SelfPlay(_config(SEED), sampler=None, tokenizer=tokenizer, pool=pool, corpus=None)
     warm_start(model, tokenizer, _designer_prompt(probe))
@@ -245,7 +245,7 @@ if __name__ == "__main__":  # the figures over several seeds: python tests/test_
     from spade_jax.model.loading import load_model
     from spade_jax.sampling import Sampler
 
-    designer_module.CONTRACT_TEXT = SHORT_CONTRACT
+    designer_module.contract_text = lambda name="full": SHORT_CONTRACT
     pool = HostPool(num_workers=POOL_WORKERS, sandbox=SandboxConfig(level="auto", call_timeout_s=POOL_CALL_TIMEOUT_S))
     try:
         for seed in [int(s) for s in (sys.argv[1] if len(sys.argv) > 1 else "0").split(",")]:
