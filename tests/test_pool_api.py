@@ -214,7 +214,8 @@ def test_host_kills_a_hung_sandbox_and_replaces_it():
         t0 = time.monotonic()
         r = s.step("x")
         assert r.error == "timeout" and "sandbox killed" in r.message
-        assert time.monotonic() - t0 < 0.5 + 1.0 + 0.5 + 1.0
+        # without the host deadline the call would never return; the bound is loose so load cannot fail it
+        assert time.monotonic() - t0 < 15.0
         assert worker.proc.popen.poll() is not None  # really gone
         assert s.step("x").error == "crashed"
         s.close()
