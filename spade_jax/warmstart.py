@@ -13,6 +13,7 @@ import random
 from dataclasses import dataclass
 from typing import Any
 
+from spade_jax.envs.contract import contract_text
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner
 from spade_jax.selfplay.cycle import episode_seed
@@ -33,6 +34,12 @@ class WarmStartConfig:
     # seed, each one more designer example answered with the variant's source; 0: the seeds' own code only.
     designer_variants_per_seed: int = 0
     designer_variant_direction: str = "any"  # "any", "easier" or "harder" than the seed
+    # Mutation examples per seed (ACCEL-style edits): the mutation prompt with one variant of the seed as the
+    # parent, answered with another; the first parent is shown unmeasured (as a run's seeds are), the others
+    # with the win rate that calls for the change made (above the band for a harder child, below it for an
+    # easier one). They teach the edit, not the numbers.
+    designer_mutations_per_seed: int = 0
+    designer_seed_names: tuple[str, ...] = ()  # seeds that get designer examples (empty: `designer_seeds`)
     batch_size: int = 8
     probe_designs: int = 4  # designer attempts measured before and after (valid-environment rate); 0 skips
 
@@ -44,8 +51,9 @@ class WarmStartConfig:
                 f"warmstart.designer_variant_direction={self.designer_variant_direction!r}; expected one of "
                 f"{DIRECTIONS}"
             )
-        if self.designer_variants_per_seed < 0 or self.designer_examples_per_seed < 0:
-            raise ValueError("warmstart.designer_examples_per_seed and designer_variants_per_seed must be >= 0")
+        counts = (self.designer_variants_per_seed, self.designer_examples_per_seed, self.designer_mutations_per_seed)
+        if min(counts) < 0:
+            raise ValueError("warmstart.designer_{examples,variants,mutations}_per_seed must be >= 0")
 
 
 class ReferencePolicy:
@@ -119,10 +127,59 @@ def designer_examples(
     return out
 
 
+def mutation_examples(
+    designer: Any, tokenizer: Any, seeds: list[Any], per_seed: int, *, rng_seed: int = 0
+) -> list[Sample]:
+    """Mutation prompts (`designer.fit_mutation`'s messages) with a variant of each seed as the parent, answered
+    with another variant of it; `per_seed` (parent, child) pairs per seed, drawn deterministically."""
+    from spade_jax.envs.variants import PARAMS, make_variants
+    from spade_jax.selfplay.designer import mutation_messages
+    from spade_jax.selfplay.memory import EnvRecord
+
+    eos = list(getattr(tokenizer, "eos_ids", ()) or ())[:1]
+    lo, hi = designer.memory.config.positive_band
+    ok = designer.memory.config.max_param_variants > 0
+    out = []
+    for s in seeds:
+        if s.name not in PARAMS or per_seed <= 0:
+            continue
+        pool = make_variants(s.name, 2 * per_seed + 1, rng_seed=rng_seed, direction="any")
+        rng = random.Random(f"{s.name}/mutations/{rng_seed}")
+        for i in range(per_seed):
+            if len(pool) < 2:
+                break
+            parent, child = rng.sample(pool, 2)
+            # The first pair: the seed itself, unmeasured (as at a run's start); then variant pairs, shown with
+            # the win rate that calls for the change made.
+            up, down = child.difficulty > parent.difficulty, child.difficulty < parent.difficulty
+            shown = None if i == 0 else 1.0 if up else 0.0 if down else (lo + hi) / 2
+            code = s.path.read_text() if i == 0 else parent.source
+            record = EnvRecord(id=f"warm-{parent.name}", code=code, kind=s.kind, skill=s.skill,
+                               win_rate_no_hint=shown, regret=None if shown is None else 0.0)  # fmt: skip
+            target = DesignTarget(s.kind, s.skill, record.id)
+            contract = contract_text(designer.config.contract) if designer.config.mutation_contract else None
+            msgs = mutation_messages(record, target, (lo, hi), contract, constants_ok=ok)
+            prompt_ids = designer.encode(msgs)
+            answer = list(tokenizer.encode(f"```python\n{child.source.strip()}\n```", add_special_tokens=False)) + eos
+            out.append(Sample(prompt_ids, answer, advantage=1.0, role=1))
+    return out
+
+
 def valid_rate(selfplay: Any, n: int, step: int) -> float:
     """Fraction of n fresh designer attempts that pass every gate (recorded in memory like any design)."""
     results = selfplay.design(step, n)
     return sum(r.valid for r in results) / max(len(results), 1)
+
+
+def _designer_seeds(cfg: WarmStartConfig, seeds: list[Any], rng: random.Random) -> list[Any]:
+    """The seeds that get designer examples: the named ones, else `designer_seeds` drawn, else all."""
+    if cfg.designer_seed_names:
+        by_name = {s.name: s for s in seeds}
+        missing = [n for n in cfg.designer_seed_names if n not in by_name]
+        if missing:
+            raise ValueError(f"warmstart.designer_seed_names: {', '.join(missing)} not among the training seeds")
+        return [by_name[n] for n in cfg.designer_seed_names]
+    return rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
 
 
 def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dict[str, float]:
@@ -137,12 +194,14 @@ def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dic
         figures["warmstart/valid_rate_before"] = valid_rate(sp, cfg.probe_designs, step=-2)
     samples = agent_examples(parts.pool, parts.tokenizer, seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
     rng = random.Random(parts.cfg.loop.seed)
-    design_seeds = rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
+    design_seeds = _designer_seeds(cfg, seeds, rng)
     samples += designer_examples(
         sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed,
         variants=cfg.designer_variants_per_seed, variant_seed=parts.cfg.loop.seed,
         direction=cfg.designer_variant_direction,
     )  # fmt: skip
+    samples += mutation_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_mutations_per_seed,
+                                 rng_seed=parts.cfg.loop.seed)  # fmt: skip
     limit = parts.cfg.max_total_len
     samples = [s for s in samples if len(s) <= limit]
     # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments

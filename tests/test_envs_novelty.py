@@ -8,7 +8,7 @@ import random
 import pytest
 
 from spade_jax.envs.contract import contract_examples
-from spade_jax.envs.novelty import NoveltyIndex, fingerprint, is_novel
+from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, fingerprint, is_novel
 from spade_jax.envs.seeds import list_seeds, load_seed_source
 
 SEEDS = {s.name: load_seed_source(s.name) for s in list_seeds()}
@@ -150,3 +150,57 @@ def test_index_add_remove_and_unparseable_sources():
     assert not index.check(broken).novel  # text view still works without an AST
     fp = fingerprint(broken)
     assert fp.digest.startswith("text:") and not fp.structure and fp.text
+
+
+# ------------------------------------------------------------------------------------ parameter variants
+def _variant_index(limit: int) -> NoveltyIndex:
+    index = NoveltyIndex(NoveltyConfig(max_param_variants=limit))
+    index.add("seed-nim_duel", load_seed_source("nim_duel"))
+    return index
+
+
+def test_a_variant_with_new_constants_is_a_duplicate_by_default_and_a_variant_when_allowed():
+    from spade_jax.envs.variants import make_variants
+
+    variant = make_variants("nim_duel", 1, direction="harder")[0].source
+    strict = _variant_index(0).check(variant)
+    assert not strict.novel and "duplicate" in strict.reason
+    allowed = _variant_index(2).check(variant)
+    assert allowed.novel and allowed.reason.startswith("parameter variant of 'seed-nim_duel'")
+    assert "MAX_HEAP" in allowed.reason or "HEAPS" in allowed.reason  # names the constants that moved
+
+
+def test_a_renamed_copy_with_the_same_constants_is_still_a_copy():
+    source = load_seed_source("nim_duel")
+    renamed = source.replace('NAME = "nim_duel"', 'NAME = "stone_piles"').replace("class NimDuel", "class StonePiles")
+    assert renamed != source
+    result = _variant_index(3).check(renamed)
+    assert not result.novel and "constants equal" in result.reason
+
+
+def test_a_variant_family_is_bounded():
+    from spade_jax.envs.variants import make_variants
+
+    index = _variant_index(2)
+    variants = [v.source for v in make_variants("nim_duel", 4, direction="any")]
+    accepted = []
+    for i, src in enumerate(variants):
+        verdict = index.check(src)
+        if verdict.novel:
+            index.add(f"v{i}", src)
+            accepted.append(i)
+    assert accepted == [0, 1]  # the seed and two variants: the family is full
+    assert "family already holds 3" in index.check(variants[2]).reason
+
+
+def test_changing_a_lower_case_literal_is_not_a_variant():
+    source = load_seed_source("simon_recall")
+    tree = ast.parse(source)
+    lowered = [
+        n for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str) and len(n.value) > 8
+    ]
+    assert lowered, "simon_recall has message strings"
+    edited = source.replace(lowered[0].value, lowered[0].value + " now", 1)
+    index = NoveltyIndex(NoveltyConfig(max_param_variants=3))
+    index.add("seed", source)
+    assert not index.check(edited).novel

@@ -125,15 +125,15 @@ def test_parents_in_band_first_by_regret_of_the_targets_skill():
     high = _archived(mem, "b = 2\n", win_rate=0.4, regret=0.3, step=2)
     easy = _archived(mem, "c = 3\n", win_rate=0.95, regret=0.5, step=3)
     hard = _archived(mem, "d = 4\n", win_rate=0.0, regret=0.0, step=4)
-    _archived(mem, "e = 5\n", win_rate=None, step=5)  # never measured: not a parent
+    new = _archived(mem, "e = 5\n", win_rate=None, step=5)  # never measured: last (a run's seeds)
     _archived(mem, "f = 6\n", win_rate=0.5, regret=0.9, step=6, kind="tool", skill="Data_Retrieval")  # other kind
     other = _archived(mem, "g = 7\n", skill="spatial reasoning", win_rate=0.5, regret=0.2, step=7)
     ids = lambda recs: [r.id for r in recs]  # noqa: E731
-    assert ids(mem.mutation_parents("game", LD)) == [high, low, easy, hard]
+    assert ids(mem.mutation_parents("game", LD)) == [high, low, easy, hard, new]
     assert ids(mem.mutation_parents("game", LD, "band")) == [high, low]
-    assert ids(mem.mutation_parents("game", LD, "regret")) == [easy, high, low, hard]
+    assert ids(mem.mutation_parents("game", LD, "regret")) == [easy, high, low, hard, new]
     assert ids(mem.mutation_parents("game", "spatial reasoning")) == [other]  # the skill's own first
-    assert ids(mem.mutation_parents("game", "memory recall")) == [high, other, low, easy, hard]  # else the kind's
+    assert ids(mem.mutation_parents("game", "memory recall")) == [high, other, low, easy, hard, new]  # the kind's
     assert mem.mutation_parents("reasoning", LD) == []
 
 
@@ -206,7 +206,7 @@ def test_a_parent_too_long_for_the_context_falls_back_to_a_scratch_design(pool, 
     mem = Memory(config=MemoryConfig(seed_from_library=False))
     long = HIGHER_LOWER + "".join(f"# note {i}: the quick brown fox jumps over the lazy dog\n" for i in range(400))
     parent = _archived(mem, long, win_rate=0.5, step=-1)
-    gone = _archived(mem, "x = 1\n", win_rate=None, step=-1)  # unmeasured: not a parent either
+    gone = "s0-a0-evicted"  # not in the archive (evicted): not a parent either
     replay = Replay(tokenizer, [NUMBER_TARGET, CODE_BREAKER])
     designer = Designer(replay, tokenizer, pool, mem, DesignerConfig(context_len=4096, max_new_tokens=1500,
                         max_resamples=0))  # fmt: skip
@@ -236,3 +236,16 @@ def test_an_older_memory_file_gains_the_mutation_column(tmp_path):
                                mutation_of="old")  # fmt: skip
     mem.close()
     assert Memory(path).get(child.id).mutation_of == "old"
+
+
+def test_an_unmeasured_parent_is_asked_for_a_variant_and_constants_may_be_enough():
+    """A run's seeds are parents before the agent has played them: the prompt says so and asks for a variant;
+    with parameter variants allowed (memory.max_param_variants), it says new constants are change enough."""
+    mem = Memory(config=MemoryConfig(seed_from_library=False))
+    pid = _archived(mem, HIGHER_LOWER, win_rate=None, step=-1)
+    band = mem.config.positive_band
+    strict = mutation_messages(mem.get(pid), DesignTarget("game", LD, pid), band)[-1]["content"]
+    assert "not yet played by the current agent" in strict and "VARIANT" in strict and "wins 0%" not in strict
+    assert "Changing only numbers or names is not enough" in strict
+    loose = mutation_messages(mem.get(pid), DesignTarget("game", LD, pid), band, constants_ok=True)[-1]["content"]
+    assert "Changing its difficulty constants" in loose and "not enough" not in loose

@@ -6,11 +6,18 @@ Two views of a program, both pure standard library:
 - text: k-grams of the code's tokens with comments removed, which catches copies that were restructured
   but kept their names and messages.
 A candidate is a duplicate when either Jaccard similarity to some archived program reaches its threshold.
+
+Parameter variants (`max_param_variants > 0`): a duplicate whose difficulty constants (numeric
+`UPPER_CASE = <number>` assignments at module and class level) differ from those of every archived program
+it duplicates is accepted as a variant of that family, while the family holds at most `max_param_variants`
+programs. This is ACCEL's edit of what already works (the same game at another size or budget); renaming,
+reordering or changing other literals is still a copy. Off (0) by default.
 """
 
 from __future__ import annotations
 
 import ast
+import dataclasses
 import hashlib
 import io
 import re
@@ -30,6 +37,7 @@ class NoveltyConfig:
     text_k: int = 8
     max_structure_sim: float = 0.70
     max_text_sim: float = 0.70
+    max_param_variants: int = 0  # 0: a copy with other constants is a duplicate; N: up to N per family
 
 
 @dataclass(frozen=True)
@@ -39,6 +47,7 @@ class Fingerprint:
     digest: str
     structure: frozenset[int]
     text: frozenset[int]
+    knobs: tuple[tuple[str, float], ...] = ()  # difficulty constants, sorted by name
 
 
 @dataclass(frozen=True)
@@ -152,6 +161,25 @@ def _text_tokens(source: str) -> list[str]:
     return _TEXT_TOKEN_RE.findall(text.lower())
 
 
+def _knobs(tree: ast.Module) -> tuple[tuple[str, float], ...]:
+    """Numeric `UPPER_CASE = <number>` assignments at module level and in class bodies (the last wins)."""
+    out: dict[str, float] = {}
+    for body in [tree.body] + [n.body for n in tree.body if isinstance(n, ast.ClassDef)]:
+        for stmt in body:
+            if not (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)):
+                continue
+            name = stmt.targets[0].id
+            if not name.isupper() or not isinstance(stmt.value, ast.Constant | ast.UnaryOp):
+                continue
+            try:
+                value = ast.literal_eval(stmt.value)
+            except (ValueError, TypeError, SyntaxError, RecursionError):
+                continue
+            if type(value) in (int, float):
+                out[name] = value
+    return tuple(sorted(out.items()))
+
+
 def _shingles(tokens: list[str], k: int) -> frozenset[int]:
     if not tokens:
         return frozenset()
@@ -170,10 +198,12 @@ def fingerprint(source: str, config: NoveltyConfig = NoveltyConfig()) -> Fingerp
         unit_digests = sorted(hashlib.sha256(" ".join(u).encode()).hexdigest() for u in units)
         digest = hashlib.sha256("\n".join(unit_digests).encode()).hexdigest()
         structure = frozenset().union(*(_shingles(u, config.structure_k) for u in units))
+        knobs = _knobs(tree)
     else:
         digest = "text:" + hashlib.sha256(" ".join(_text_tokens(source)).encode()).hexdigest()
-        structure = frozenset()
-    return Fingerprint(digest=digest, structure=structure, text=_shingles(_text_tokens(source), config.text_k))
+        structure, knobs = frozenset(), ()
+    text = _shingles(_text_tokens(source), config.text_k)
+    return Fingerprint(digest=digest, structure=structure, text=text, knobs=knobs)
 
 
 def _jaccard(a: frozenset[int], b: frozenset[int]) -> float:
@@ -206,29 +236,49 @@ class NoveltyIndex:
 
     def check(self, source: str, exclude: Collection[str] = ()) -> NoveltyResult:
         """Novel unless the candidate is identical after canonicalisation or near-duplicates an entry
-        (entries whose key is in `exclude` are skipped, e.g. the candidate's own archived copy)."""
+        (entries whose key is in `exclude` are skipped, e.g. the candidate's own archived copy); a duplicate
+        may pass as a parameter variant (`NoveltyConfig.max_param_variants`)."""
         cand = fingerprint(source, self.config)
         best: tuple[float, str | None, float, float] = (-1.0, None, 0.0, 0.0)
+        dups: list[tuple[str, Fingerprint, NoveltyResult]] = []
         for key, fp in list(self._prints.items()):  # a snapshot: other threads may add entries meanwhile
             if key in exclude:
                 continue
-            if fp.digest == cand.digest:
-                return NoveltyResult(
-                    False, f"duplicate of archived env '{key}' (identical after renaming names and literals)",
-                    key, 1.0, _jaccard(cand.text, fp.text),
-                )  # fmt: skip
             s, t = _jaccard(cand.structure, fp.structure), _jaccard(cand.text, fp.text)
+            if fp.digest == cand.digest:
+                reason = f"duplicate of archived env '{key}' (identical after renaming names and literals)"
+                dups.append((key, fp, NoveltyResult(False, reason, key, 1.0, t)))
+                continue
             score = max(s / self.config.max_structure_sim, t / self.config.max_text_sim)
+            if score >= 1.0:
+                reason = f"near-duplicate of archived env '{key}' (structure similarity {s:.2f}, text {t:.2f})"
+                dups.append((key, fp, NoveltyResult(False, reason, key, s, t)))
             if score > best[0]:
                 best = (score, key, s, t)
+        if dups:
+            return self._variant(cand, dups)
         score, key, s, t = best
-        if key is not None and score >= 1.0:
-            return NoveltyResult(
-                False, f"near-duplicate of archived env '{key}' (structure similarity {s:.2f}, text {t:.2f})", key, s, t
-            )
         if key is None:
             return NoveltyResult(True, "novel (empty archive)")
         return NoveltyResult(True, f"novel (closest: '{key}', structure {s:.2f}, text {t:.2f})", key, s, t)
+
+    def _variant(self, cand: Fingerprint, dups: list[tuple[str, Fingerprint, NoveltyResult]]) -> NoveltyResult:
+        """A duplicate's verdict: a parameter variant when its constants are new to its family (and the family
+        has room), else the closest duplicate's rejection."""
+        first = max(dups, key=lambda d: d[2].structure_sim)[2]
+        limit = self.config.max_param_variants
+        if limit <= 0 or not cand.knobs:
+            return first
+        same = next((k for k, fp, _ in dups if fp.knobs == cand.knobs), None)
+        if same is not None:
+            return dataclasses.replace(first, reason=f"{first.reason}; its constants equal those of '{same}'")
+        if len(dups) > limit:
+            return dataclasses.replace(
+                first, reason=f"{first.reason}; its family already holds {len(dups)} parameter variants (max {limit})"
+            )
+        parent = dict(self._prints[first.nearest].knobs) if first.nearest in self._prints else {}
+        changed = ", ".join(f"{k} {parent.get(k)}->{v}" for k, v in cand.knobs if parent.get(k) != v)
+        return dataclasses.replace(first, novel=True, reason=f"parameter variant of '{first.nearest}' ({changed})")
 
 
 def is_novel(

@@ -61,6 +61,13 @@ class MemoryConfig:
     seed_from_library: bool = True
     max_invalid_rows: int = 5000
     seed: int = 0
+    # Novelty: a copy with other difficulty constants is archived as a parameter variant while its family holds at
+    # most this many programs (envs/novelty.py); 0: it is a duplicate (the default; small models: a few).
+    max_param_variants: int = 0
+
+    def __post_init__(self) -> None:
+        if self.max_param_variants < 0:
+            raise ValueError(f"memory.max_param_variants={self.max_param_variants}; expected >= 0")
 
 
 ON_INVALID = ("resample", "repair")
@@ -82,8 +89,9 @@ class DesignerConfig:
     (of its skill where one exists), with its unhinted win rate and regret, and asks for a changed complete
     file: harder when the win rate is above `memory.positive_band`, easier below it, a twist inside it. The
     gates apply as to any design (novelty against the archive, the parent included). `mutation_parents`:
-    "band_then_regret" = entries in the band first, ranked by regret, then any measured entry by regret;
-    "band" = in-band entries only; "regret" = any measured entry by regret. No eligible parent, or a parent
+    "band_then_regret" = entries in the band first, ranked by regret, then any measured entry by regret, then
+    unmeasured ones (seeds at a run's start: the prompt asks for a variant); "band" = in-band entries only;
+    "regret" = any measured entry by regret, then unmeasured ones. No eligible parent, or a parent
     whose prompt does not fit the context: a from-scratch design.
     """
 
@@ -103,6 +111,7 @@ class DesignerConfig:
     mutation_share: float = 0.0
     mutation_parents: str = "band_then_regret"
     contract: str = "full"  # the contract text in the prompt: "full", or "short" (< 700 tokens, small models)
+    mutation_contract: bool = True  # False: mutation prompts leave the contract out (the parent shows it)
 
     def __post_init__(self) -> None:
         if not 0.0 <= self.mutation_share <= 1.0:

@@ -133,7 +133,22 @@ _DIRECTIONS = {
         "The difficulty is about right: keep it, and add a TWIST: a new rule, mechanic, action or kind of "
         "feedback that changes how the agent has to reason, on a theme of your choice."
     ),
+    "new": (
+        "Write a VARIANT of it at another difficulty: turn its difficulty knobs (sizes, boards or number ranges, "
+        "turns allowed, items or constraints), or add a twist to its rules."
+    ),
 }
+
+
+def _measurement(parent: EnvRecord, band: tuple[float, float]) -> str:
+    """How the agent plays the parent, in the prompt's words (an unmeasured parent: not played yet)."""
+    if not parent.measured:
+        return "not yet played by the current agent"
+    return (
+        f"as the current agent plays it: without a hint the agent wins {parent.win_rate_no_hint:.0%} of its episodes "
+        f"(the target range is {band[0]:.0%} to {band[1]:.0%}), and a hint about the approach changes its return by "
+        f"{parent.regret or 0.0:+.2f} (the regret)"
+    )
 
 
 def mutation_direction(win_rate: float, band: tuple[float, float]) -> str:
@@ -142,14 +157,27 @@ def mutation_direction(win_rate: float, band: tuple[float, float]) -> str:
     return "harder" if win_rate > hi else "easier" if win_rate < lo else "twist"
 
 
+_CHANGE_RULE = {
+    False: "Changing only numbers or names is not enough: a program with the same structure as an archived one "
+    "counts as a copy and is rejected, so change the code itself (its rules, state, actions or checks).",
+    True: "Changing its difficulty constants (the UPPER_CASE numbers: sizes, counts, budgets) is enough; renaming "
+    "alone is not: a program equal to an archived one in structure and constants counts as a copy.",
+}
+
+
 def mutation_messages(
-    parent: EnvRecord, target: DesignTarget, band: tuple[float, float], contract: str | None = contract_text("full")
+    parent: EnvRecord,
+    target: DesignTarget,
+    band: tuple[float, float],
+    contract: str | None = contract_text("full"),
+    *,
+    constants_ok: bool = False,
 ) -> list[dict]:
     """Chat messages of a mutation prompt: the parent's complete code, its measured unhinted win rate and
     regret, and the change its win rate calls for (`mutation_direction`). `contract=None` leaves the contract
-    out (the parent, a valid environment, shows it) for contexts too small for both."""
-    wr, regret = parent.win_rate_no_hint or 0.0, parent.regret or 0.0
-    direction = mutation_direction(wr, band)
+    out (the parent, a valid environment, shows it) for contexts too small for both. `constants_ok`: the archive
+    accepts parameter variants (`memory.max_param_variants`), so new difficulty constants are change enough."""
+    direction = mutation_direction(parent.win_rate_no_hint, band) if parent.measured else "new"
     skill_note = (
         f' It trains the skill: {target.skill}.' if parent.skill == target.skill
         else f' It was written for the skill "{parent.skill}"; your version must train the skill: {target.skill}.'
@@ -157,17 +185,14 @@ def mutation_messages(
     sections = [contract.strip(), "# Your task"] if contract else ["# Your task"]
     sections.append(
         f'Below is an environment of kind "{target.kind}" ({_KIND_NOTES.get(target.kind, target.kind)}) from the '
-        f"archive, as the current agent plays it: without a hint the agent wins {wr:.0%} of its episodes (the "
-        f"target range is {band[0]:.0%} to {band[1]:.0%}), and a hint about the approach changes its return by "
-        f"{regret:+.2f} (the regret).{skill_note}\n\n```python\n{parent.code.strip()}\n```"
+        f"archive, {_measurement(parent, band)}.{skill_note}\n\n```python\n{parent.code.strip()}\n```"
     )
     keep = " Keep the environment contract this file follows (its base class, imports and methods)."
     sections.append(_DIRECTIONS[direction])
     sections.append(
         f'Write the changed version as a NEW environment with a new class name; set KIND = "{target.kind}" and '
-        f'SKILL = "{target.skill}". Changing only numbers or names is not enough: a program with the same '
-        "structure as an archived one counts as a copy and is rejected, so change the code itself (its rules, "
-        f"state, actions or checks).{'' if contract else keep} The agent should be able to win by reasoning "
+        f'SKILL = "{target.skill}". {_CHANGE_RULE[constants_ok]}{"" if contract else keep} The agent should be '
+        "able to win by reasoning "
         "well, random play must win at most 15% of episodes, and the same seed must always give the same "
         "episode. Reply with the complete file in ONE ```python code block, with no other code blocks."
     )
@@ -310,14 +335,16 @@ class Designer:
     def fit_mutation(
         self, target: DesignTarget, extra: list[dict] | None = None
     ) -> tuple[list[dict], list[int], EnvRecord] | None:
-        """Messages, ids and parent of a mutation prompt for `target`, or None when its parent is gone (evicted,
-        unmeasured) or the prompt with the parent's code does not fit the budget even without the contract (then:
+        """Messages, ids and parent of a mutation prompt for `target`, or None when its parent is gone (evicted)
+        or the prompt with the parent's code does not fit the budget even without the contract (then:
         from scratch)."""
         parent = self.memory.get(target.parent_id) if target.parent_id else None
-        if parent is None or parent.status != "valid" or not parent.measured:
+        if parent is None or parent.status != "valid":
             return None
-        for contract in (contract_text(self.config.contract), None):  # the contract goes first when both do not fit
-            msgs = mutation_messages(parent, target, self.memory.config.positive_band, contract)
+        contracts = (contract_text(self.config.contract), None) if self.config.mutation_contract else (None,)
+        for contract in contracts:  # the contract goes first when both do not fit
+            ok = self.memory.config.max_param_variants > 0
+            msgs = mutation_messages(parent, target, self.memory.config.positive_band, contract, constants_ok=ok)
             ids = self.encode(msgs + (extra or []))
             if len(ids) <= self.prompt_budget:
                 return msgs, ids, parent

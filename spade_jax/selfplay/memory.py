@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
-from spade_jax.envs.novelty import NoveltyIndex, NoveltyResult
+from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
 from spade_jax.selfplay.config import MemoryConfig
 
 __all__ = ["EnvRecord", "Memory"]
@@ -119,9 +119,12 @@ class Memory:
             self._add_missing_columns()
             self._db.execute("CREATE INDEX IF NOT EXISTS envs_status ON envs(status)")
         self.rng = random.Random(config.seed)
-        self.novelty = NoveltyIndex()
+        self.novelty = self._novelty_index()
         for rec in self.archive():
             self.novelty.add(rec.id, rec.code)
+
+    def _novelty_index(self) -> NoveltyIndex:
+        return NoveltyIndex(NoveltyConfig(max_param_variants=self.config.max_param_variants))
 
     def _add_missing_columns(self) -> None:
         """Migration: a table written by an older version gets the columns added since (NULL / default)."""
@@ -306,22 +309,24 @@ class Memory:
         return self.rng.sample(pool, min(n, len(pool)))
 
     def mutation_parents(self, kind: str, skill: str | None = None, rule: str = "band_then_regret") -> list[EnvRecord]:
-        """Archived, measured environments of `kind` eligible as mutation parents, best first: those of `skill`
-        where there are any, else of the kind. `rule` (DesignerConfig.mutation_parents): "band_then_regret" =
-        win rate in `positive_band` first, each group by regret (highest first); "band" = in-band only;
-        "regret" = all by regret. Ties: the most recent first."""
+        """Archived environments of `kind` eligible as mutation parents, best first: those of `skill` where there
+        are any, else of the kind. `rule` (DesignerConfig.mutation_parents): "band_then_regret" = measured ones
+        with a win rate in `positive_band` first, each group by regret (highest first), unmeasured ones last;
+        "band" = measured in-band only; "regret" = measured by regret, then unmeasured. Ties: most recent first."""
         if rule not in ("band_then_regret", "band", "regret"):
             raise ValueError(f"mutation parents: unknown rule {rule!r}")
         lo, hi = self.config.positive_band
 
         def in_band(r: EnvRecord) -> bool:
-            return lo <= r.win_rate_no_hint <= hi
+            return r.measured and lo <= r.win_rate_no_hint <= hi
 
-        entries = [r for r in self.archive(kind) if r.measured and (rule != "band" or in_band(r))]
+        entries = [r for r in self.archive(kind) if r.measured or rule != "band"]
+        entries = [r for r in entries if rule != "band" or in_band(r)]
         if skill:
             entries = [r for r in entries if r.skill == skill] or entries
         band_first = rule == "band_then_regret"
-        return sorted(entries, key=lambda r: (band_first and not in_band(r), -(r.regret or 0.0), -r.step))
+        return sorted(entries, key=lambda r: (not r.measured, band_first and not in_band(r), -(r.regret or 0.0),
+                                              -r.step))  # fmt: skip
 
     def _prefer(self, kind: str | None, skill: str | None, keep) -> list[EnvRecord]:
         """Matching archive entries of the same kind and skill, else same kind, else any."""
@@ -356,7 +361,7 @@ class Memory:
                 self._db.execute(f"UPDATE envs SET {sets} WHERE id = ?", [*values, rid])
         v, internal, gauss = state["rng"]
         self.rng.setstate((v, tuple(internal), gauss))
-        self.novelty = NoveltyIndex()
+        self.novelty = self._novelty_index()
         for rec in self.archive():
             self.novelty.add(rec.id, rec.code)
 
