@@ -1,6 +1,7 @@
 """benchmarks/learning.py: the bootstrap on cases with known answers, and the paired experiment end to end on
-the tiny preset (2 steps): both runs' figures, well-formed intervals, paired episodes, a control that never
-moved, a trained run that did, and the trained run's report drawn against the control.
+the tiny preset (a short shared warm start, then 2 steps): both runs' figures, well-formed intervals, paired
+episodes, a control that never moved from the warm start, a trained run that did, and the trained run's report
+drawn against the control.
 
 The end-to-end run plays a fixed pool holding one coin-flip environment (as test_loop_resume does), so the
 tiny random model gets a reward spread and the trained run really takes learner steps.
@@ -97,7 +98,10 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     out = tmp_path / "bench"
     rc = bench.main(["--preset", "tiny", "--steps", "2", "--out", str(out), "--eval-variants", "1",
                      "--eval-plays", "2", f"loop.pool={pool}", "loop.pool_envs_per_step=1",
-                     "selfplay.plays_per_condition=3", "loop.held_out=grid_maze,date_offset"])  # fmt: skip
+                     "selfplay.plays_per_condition=3", "loop.held_out=grid_maze,date_offset",
+                     # A short warm start, run once and shared: the control keeps it and takes no RL step.
+                     "loop.warmstart=true", "warmstart.epochs=1", "warmstart.designer_examples_per_seed=0",
+                     "warmstart.probe_designs=0", "warmstart.agent_episodes_per_seed=1"])  # fmt: skip
     assert rc == 0
     fig = json.loads((out / "learning.json").read_text())
 
@@ -111,7 +115,12 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     assert len(runs["trained"]["episodes"]) == 2 * 2 * 2  # 2 seeds x (seed + 1 variant) x 2 plays
     assert all(e["won"] in (0.0, 1.0) for r in runs.values() for e in r["episodes"])
 
-    # The control never moved; the trained run did, having taken learner steps on the coin-flip rewards.
+    # Both runs start from the one warm start; from there the control never moved, and the trained run did,
+    # having taken learner steps on the coin-flip rewards.
+    assert fig["warm_start_dir"] == str(out / "start")
+    for run in ("trained", "control"):
+        rows = [json.loads(line) for line in (out / run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [0, 1, 2] and "warmstart/examples" in rows[0]
     assert runs["control"]["param_max_abs_change"] == 0.0
     trained_rows = [json.loads(line) for line in (out / "trained" / "metrics.jsonl").read_text().splitlines()]
     assert any(r.get("train/skipped") == 0.0 for r in trained_rows), "the trained run should take a learner step"

@@ -1,9 +1,10 @@
 """End-of-run report: `report.html` in the run directory, with PNG plots of the metrics.
 
-Sections: the learning curves of the key quantities (with a control run's curves dashed, when the run has
-one: `write_report(..., control=<control run dir>)`), a trained-vs-control table of their last values, the
-first and last generated environments side by side, an environment browser sorted by regret (mutations
-linked to their parents and back), the diagnostic plots, and the last value of every metric.
+Sections: the run's summary (as given), the learning curves of the key quantities (with a control run's
+curves dashed, when the run has one: `write_report(..., control=<control run dir>)`), a trained-vs-control
+table of their last values, the first and last generated environments side by side, an environment browser
+sorted by regret (mutations linked to their parents and back), the diagnostic plots, and the last value of
+every metric.
 """
 
 from __future__ import annotations
@@ -101,10 +102,12 @@ def write_report(
     if control is not None:
         note = (f"<p>Dashed: the control run (the same run with learning rate 0), "
                 f"<code>{html.escape(str(control))}</code>.</p>") + note  # fmt: skip
+    given = "".join(f"<tr><td>{html.escape(str(k))}</td><td>{_num(v)}</td></tr>" for k, v in (summary or {}).items())
+    run_summary = f"<h2>Run summary</h2><table>{given}</table>" if given else ""
     n_valid = sum(1 for e in envs if e.get("verdict_valid") or e.get("verdict") == "valid")
     page = f"""<!doctype html><html><head><meta charset="utf-8"><title>{html.escape(title)}</title>
 <style>{_STYLE}</style><script>{_SCRIPT}</script></head><body><h1>{html.escape(title)}</h1>
-<h2>Learning curves</h2>{note}<div class=plots>{_images(key) or "<p>No metrics yet.</p>"}</div>
+{run_summary}<h2>Learning curves</h2>{note}<div class=plots>{_images(key) or "<p>No metrics yet.</p>"}</div>
 <h2>Key quantities (last value)</h2>{_key_table(rows, control_rows)}
 <h2>First and last generated environments</h2>{side_by_side(envs)}
 <h2>Environments by regret</h2><p class=s>{len(envs)} recorded, {n_valid} valid; highest regret first,

@@ -21,7 +21,6 @@ KEY_PANELS: dict[str, tuple[str, ...]] = {
 # Diagnostics: title -> metric-name prefixes drawn in it (metrics are named "<group>/<name>").
 PANELS: dict[str, tuple[str, ...]] = {
     "Designer failures by gate": ("design/failed_",),
-    "Warm start": ("warmstart/",),
     "Samples trained per role": ("train/agent_samples", "train/designer_samples"),
     "Share of samples without signal (dropped)": ("train/agent_dropped_frac", "train/designer_dropped_frac"),
     "Learner loss": ("train/loss", "train/pg_loss"),
