@@ -91,6 +91,8 @@ def test_key_panels_draw_the_control_dashed_in_the_same_colour(run, tmp_path: Pa
             assert own.values == TRAINED[name] and ctl.values == CONTROL[name]
             assert ctl.steps == [1, 2, 3]
     assert [p.title for p in diag] == ["Learner loss"]
+    pngs = sorted(p.name for p in tmp_path.glob("plot_*.png"))  # what the quickstart notebook displays, in order
+    assert pngs == [p.path.name for p in key + diag]
     # Without a control: no control curves at all.
     key_alone, _ = plot_metrics(rows, tmp_path)
     assert all(not line.label.endswith(CONTROL_SUFFIX) for p in key_alone for line in p.lines)

@@ -135,10 +135,11 @@ def plot_metrics(
     rows: list[dict[str, Any]], out_dir: Path, control_rows: list[dict[str, Any]] | None = None
 ) -> tuple[list[Panel], list[Panel]]:
     """Writes the key panels (with the control's curves when `control_rows` is given) and the diagnostic
-    panels that have data as PNGs in `out_dir`; returns (key panels, diagnostic panels)."""
+    panels that have data as PNGs in `out_dir` (named so that sorting them puts the key panels first);
+    returns (key panels, diagnostic panels)."""
     out_dir = Path(out_dir)
-    key = [_draw(t, ls, out_dir / f"plot_key_{i}_{_slug(t)}.png") for i, (t, ls) in
+    key = [_draw(t, ls, out_dir / f"plot_1key_{i:02d}_{_slug(t)}.png") for i, (t, ls) in
            enumerate(key_lines(rows, control_rows).items())]  # fmt: skip
-    diag = [_draw(t, ls, out_dir / f"plot_{i}_{_slug(t)}.png") for i, (t, ls) in
+    diag = [_draw(t, ls, out_dir / f"plot_2diag_{i:02d}_{_slug(t)}.png") for i, (t, ls) in
             enumerate(diagnostic_lines(rows).items())]  # fmt: skip
     return key, diag
