@@ -129,6 +129,11 @@ def test_report_browser_links_and_first_last(run) -> None:
     first, last = first_last(envs)
     assert (first["id"], last["id"]) == (ids["first"], ids["last"])
 
+    # A mutation whose parent is not among the rows (e.g. trimmed) names it without a dangling link.
+    orphan = [{**e, "mutation_of": "gone"} if e["id"] == ids["child"] else e for e in envs]
+    row = _rows(write_report(run_dir, envs=orphan).read_text())[ids["child"]]
+    assert "mutation of gone" in row and 'href="#env-gone"' not in row
+
 
 def test_report_without_control_or_generated_envs(tmp_path: Path) -> None:
     _log(tmp_path, TRAINED)

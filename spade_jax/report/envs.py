@@ -71,8 +71,10 @@ def _name(env: dict[str, Any]) -> str:
 
 
 def _link(env: dict[str, Any] | None, env_id: str) -> str:
-    label = _name(env) if env else env_id
-    return f'<a href="#{_esc(anchor(env_id))}">{_esc(label)}</a>'
+    """A link to an entry of the browser; plain text when the row is not in the report."""
+    if env is None:
+        return f"{_esc(env_id)} <span class=s>(not in this report)</span>"
+    return f'<a href="#{_esc(anchor(env_id))}">{_esc(_name(env))}</a>'
 
 
 def verdict(env: dict[str, Any]) -> str:
