@@ -5,8 +5,9 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
+LEARNING_ARGS ?= --preset demo --out runs/learning
 
-.PHONY: install system-deps demo test lint bench clean
+.PHONY: install system-deps demo test lint bench learning clean
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (spade-jax needs Python >= 3.11)"; exit 1; }
@@ -39,6 +40,10 @@ bench: install
 	$(PY) benchmarks/host_pool.py
 	$(PY) benchmarks/rollouts.py
 	$(PY) benchmarks/train_step.py
+
+# The paired learning experiment (trained vs learning rate 0): learning.json, learning.png, report.html.
+learning: install
+	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

@@ -142,6 +142,14 @@ def to_train_samples(batch: SelfPlayBatch, loop: LoopConfig = LoopConfig()) -> t
     return out, stats
 
 
+def band_stats(envs: list[dict[str, Any]], band: tuple[float, float]) -> dict[str, float]:
+    """`env/in_band_frac`: the share of the environments scored this step (measured ones) whose unhinted win
+    rate lies in the band (memory.positive_band); nothing when none was scored."""
+    lo, hi = band
+    rates = [e["win_rate_no_hint"] for e in envs if e.get("measured") and e.get("win_rate_no_hint") is not None]
+    return {"env/in_band_frac": sum(lo <= r <= hi for r in rates) / len(rates)} if rates else {}
+
+
 def evaluate(parts: Parts, step: int) -> dict[str, float]:
     """Held-out seed environments, played without hints: win rate per environment and overall."""
     specs = [
@@ -243,6 +251,7 @@ def run(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, console: A
             with progress.phase(f"step {step + 1}: design, hints and play"):
                 batch = play_step(parts, step)
             row.update(batch.stats)
+            row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
             row["time/selfplay"] = time.perf_counter() - t0
             t1 = time.perf_counter()
             with progress.phase(f"step {step + 1}: learner"):

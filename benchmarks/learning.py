@@ -1,0 +1,442 @@
+"""Does it learn? A paired experiment: the same run twice, as configured ("trained") and at learning rate 0
+("control"), then both final policies on held-out environments (issue 17 section 3).
+
+    python benchmarks/learning.py --preset demo --steps 8 --out runs/learning [--eval-variants 2]
+                                  [--eval-plays 8] [KEY=VALUE ...]
+
+Both runs use the same config, seeds and environments; only `learner.lr` differs (0 in the control). A
+preset with a warm start runs it once, in DIR/start, and both runs continue from that checkpoint: the control
+keeps the warm start, it only takes no RL step. Each run has its own directory (DIR/trained, DIR/control).
+
+Held-out agent win rate, at the end: the held-out seeds (`loop.held_out`: never trained on, out of the
+memory) and the K easiest programmatic variants of each (envs/variants.py; the seeds alone may be out of a
+small model's reach), M unhinted plays each, with the same reset seeds for both runs, through the run's own
+rollout engine (its rollout config, sandbox and sampler) with the run's final parameters. Per-episode
+outcomes are kept, so the trained-minus-control difference gets a paired bootstrap 95% interval (2000
+resamples, fixed seed). Per step, from each run's metrics.jsonl: held-out win rate (the loop's own
+evaluation, `loop.eval_every`), designer valid rate, designer reward, regret and the share of environments
+in the win-rate band (`env/in_band_frac`), for both runs and their difference.
+
+Targets: final held-out win rate >= 10 points above the control with the interval above 0; designer valid
+rate over the second half of the run >= 2x the control's. PASS / NOT REACHED is printed as measured.
+Writes DIR/learning.json (every figure), DIR/learning.png, and DIR/trained/report.html with the control.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gc
+import json
+import math
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's spade_jax, wherever it runs from
+
+STEP_METRICS = {  # short name -> metric of each run's metrics.jsonl
+    "heldout_win": "eval/win_rate",
+    "valid_rate": "design/valid_frac",
+    "designer_reward": "env/designer_reward_mean",
+    "regret": "env/regret_mean",
+    "in_band": "env/in_band_frac",
+}
+TARGET_WIN_DIFF = 0.10
+TARGET_VALID_RATIO = 2.0
+EVAL_STEP = 20_000  # reset seeds of the final evaluation: episode_seed(env, EVAL_STEP, k), same for both runs
+
+
+# ------------------------------------------------------------------------------------------------- statistics
+def bootstrap_mean(x, n: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """(mean, lo, hi): the mean of `x` with a percentile bootstrap 95% interval."""
+    x = np.asarray(x, dtype=float)
+    if x.size == 0:
+        return (math.nan, math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    means = x[rng.integers(0, x.size, size=(n, x.size))].mean(axis=1)
+    return (float(x.mean()), float(np.percentile(means, 2.5)), float(np.percentile(means, 97.5)))
+
+
+def bootstrap_diff(a, b, n: int = 2000, seed: int = 0, *, paired: bool = True) -> tuple[float, float, float]:
+    """(mean(a) - mean(b), lo, hi) with a percentile bootstrap 95% interval. `paired`: a[i] and b[i] are the
+    same episode (environment and reset seed) in the two runs, resampled together; else independently."""
+    a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
+    if a.size == 0 or b.size == 0:
+        return (math.nan, math.nan, math.nan)
+    rng = np.random.default_rng(seed)
+    if paired:
+        if a.shape != b.shape:
+            raise ValueError(f"paired bootstrap needs equal lengths, got {a.size} and {b.size}")
+        d = a - b
+        diffs = d[rng.integers(0, d.size, size=(n, d.size))].mean(axis=1)
+    else:
+        diffs = (a[rng.integers(0, a.size, size=(n, a.size))].mean(axis=1)
+                 - b[rng.integers(0, b.size, size=(n, b.size))].mean(axis=1))  # fmt: skip
+    mean = float(a.mean() - b.mean())
+    return (mean, float(np.percentile(diffs, 2.5)), float(np.percentile(diffs, 97.5)))
+
+
+def _interval(t: tuple[float, float, float], **extra: Any) -> dict[str, Any]:
+    return {"mean": t[0], "lo": t[1], "hi": t[2], **extra}
+
+
+# --------------------------------------------------------------------------------------- held-out evaluation
+def easiest_variants(seed: str, k: int) -> list[Any]:
+    """The k easiest programmatic variants of `seed` (easiest first; none when it has no variant table)."""
+    from spade_jax.envs.variants import PARAMS, make_variants
+
+    if k <= 0 or seed not in PARAMS:
+        return []
+    every = make_variants(seed, 1_000_000, direction="easier")
+    return sorted(every, key=lambda v: (v.difficulty, v.name))[:k]
+
+
+def eval_envs(held_out: tuple[str, ...], k: int) -> list[dict[str, str]]:
+    """The final evaluation's environments: each held-out seed, then its k easiest variants."""
+    from spade_jax.envs.seeds import list_seeds, load_seed_source
+
+    kinds = {s.name: s.kind for s in list_seeds()}
+    out = []
+    for name in held_out:
+        out.append({"env": name, "seed": name, "group": "seed", "kind": kinds[name], "source": load_seed_source(name)})
+        for v in easiest_variants(name, k):
+            out.append({"env": v.name, "seed": name, "group": "variant", "kind": kinds[name], "source": v.source})
+    return out
+
+
+def play_eval(parts: Any, envs: list[dict[str, str]], plays: int) -> list[dict[str, Any]]:
+    """Unhinted plays of every environment with the policy now in `parts`; one row per episode, in a fixed
+    order (environment, play), so two runs' rows pair up."""
+    from spade_jax.selfplay.cycle import episode_seed
+    from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
+
+    specs = [EpisodeSpec(f"eval-{e['env']}", e["source"], episode_seed(e["env"], EVAL_STEP, k), NO_HINT,
+                         kind=e["kind"]) for e in envs for k in range(plays)]  # fmt: skip
+    result = parts.selfplay.engine.run(specs)
+    won = {(ep.env_id, ep.spec.seed): float(bool(ep.won)) for ep in result.episodes}
+    return [
+        {"env": e["env"], "seed": e["seed"], "group": e["group"], "play": k,
+         "won": won.get((s.env_id, s.seed), 0.0)}
+        for (e, k), s in zip(((e, k) for e in envs for k in range(plays)), specs)
+    ]  # fmt: skip
+
+
+def _params(learner: Any) -> list[np.ndarray]:
+    import jax
+
+    return [np.array(x) for x in jax.tree.leaves(learner.get_state()["params"])]
+
+
+def _load(parts: Any, ckpt_dir: Path) -> int:
+    """Puts the latest checkpoint's parameters in `parts` (learner and sampler); returns its step."""
+    from spade_jax.checkpoint import Checkpointer
+
+    ckpt = Checkpointer(ckpt_dir, async_save=False)
+    try:
+        state = parts.learner.get_state()
+        trees, meta = ckpt.restore(None, {k: v for k, v in state.items() if k != "step"})
+    finally:
+        ckpt.close()
+    parts.learner.set_state({**trees, "step": meta["learner_step"]})
+    parts.sampler.update_model(parts.learner.model)
+    return int(meta["step"])
+
+
+def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir: Path, envs: list[dict[str, str]],
+               plays: int) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Each run's final policy on `envs` (one build of the run's parts; parameters swapped per run), and how
+    far its parameters moved from where both runs started (the warm-start checkpoint, else the initial model)."""
+    from spade_jax.loop import build
+
+    parts = build(cfg, eval_dir)
+    try:
+        if start is not None:
+            _load(parts, start / "checkpoints")
+        origin = _params(parts.learner)
+        out = {}
+        for name, run_dir in run_dirs.items():
+            t0 = time.perf_counter()
+            step = _load(parts, run_dir / "checkpoints")
+            moved = max(float(np.max(np.abs(a - b))) for a, b in zip(_params(parts.learner), origin))
+            episodes = play_eval(parts, envs, plays)
+            out[name] = {"checkpoint_step": step, "param_max_abs_change": moved, "episodes": episodes,
+                         "eval_s": time.perf_counter() - t0}  # fmt: skip
+        return out
+    finally:
+        parts.selfplay.close()
+        parts.pool.close()
+
+
+def heldout_figures(trained: list[dict], control: list[dict], n: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """Win rates with 95% intervals per run and of the paired difference: all environments, the seeds only,
+    the variants only, and per environment (means)."""
+    out: dict[str, Any] = {}
+    for group in ("all", "seed", "variant"):
+        a = [e["won"] for e in trained if group == "all" or e["group"] == group]
+        b = [e["won"] for e in control if group == "all" or e["group"] == group]
+        if not a:
+            continue
+        out[group] = {
+            "episodes": len(a),
+            "trained": _interval(bootstrap_mean(a, n, seed)),
+            "control": _interval(bootstrap_mean(b, n, seed)),
+            "difference": _interval(bootstrap_diff(a, b, n, seed, paired=True)),
+        }
+    envs = list(dict.fromkeys(e["env"] for e in trained))
+    out["per_env"] = {env: {run: float(np.mean([e["won"] for e in eps if e["env"] == env]))
+                            for run, eps in (("trained", trained), ("control", control))} for env in envs}  # fmt: skip
+    return out
+
+
+# ---------------------------------------------------------------------------------------------- per step
+def step_rows(trained: list[dict], control: list[dict]) -> list[dict[str, Any]]:
+    """Per logged step: each quantity of STEP_METRICS for both runs and trained - control (None: not logged)."""
+    by_step = [{r["step"]: r for r in rows} for rows in (trained, control)]
+    out = []
+    for step in sorted(set(by_step[0]) | set(by_step[1])):
+        row: dict[str, Any] = {"step": step}
+        for short, metric in STEP_METRICS.items():
+            a, b = (s.get(step, {}).get(metric) for s in by_step)
+            row[f"{short}/trained"], row[f"{short}/control"] = a, b
+            row[f"{short}/difference"] = a - b if a is not None and b is not None else None
+        if any(row[f"{s}/trained"] is not None or row[f"{s}/control"] is not None for s in STEP_METRICS):
+            out.append(row)
+    return out
+
+
+def second_half_mean(rows: list[dict], metric: str, steps: int) -> float | None:
+    """Mean of `metric` over the steps after the first half of the run (None when never logged there)."""
+    values = [r[metric] for r in rows if r.get("step", 0) > steps / 2 and r.get(metric) is not None]
+    return float(np.mean(values)) if values else None
+
+
+def valid_rate_figures(trained: list[dict], control: list[dict], steps: int) -> dict[str, Any]:
+    a = second_half_mean(trained, "design/valid_frac", steps)
+    b = second_half_mean(control, "design/valid_frac", steps)
+    ratio = None
+    if a is not None and b is not None:
+        ratio = a / b if b > 0 else (None if a == 0 else math.inf)
+    return {"trained": a, "control": b, "ratio": None if ratio is math.inf else ratio,
+            "ratio_infinite": ratio is math.inf}  # fmt: skip
+
+
+def targets(heldout: dict[str, Any], valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    d = heldout.get("all", {}).get("difference", {})
+    win_ok = bool(d) and d["mean"] >= TARGET_WIN_DIFF and d["lo"] > 0
+    valid_ok = valid["ratio_infinite"] or (valid["ratio"] is not None and valid["ratio"] >= TARGET_VALID_RATIO)
+    ratio = "inf" if valid["ratio_infinite"] else valid["ratio"]
+    return {
+        "heldout_win_diff": {"target": f">= {TARGET_WIN_DIFF:.2f} with the 95% interval above 0",
+                             "measured": d.get("mean"), "lo": d.get("lo"), "passed": win_ok},
+        "valid_rate_ratio": {"target": f">= {TARGET_VALID_RATIO:g}x the control's over the second half",
+                             "measured": ratio, "passed": bool(valid_ok)},
+    }  # fmt: skip
+
+
+# ------------------------------------------------------------------------------------------------- output
+def _f(v: Any, pct: bool = False) -> str:
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "-"
+    return f"{100 * v:.1f}" if pct else f"{v:.3g}"
+
+
+def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
+    from rich.table import Table
+
+    table = Table(title="Per step: trained / control / difference")
+    table.add_column("step", justify="right")
+    for short in STEP_METRICS:
+        table.add_column(short, justify="right")
+    for r in rows:
+        table.add_row(str(r["step"]), *(f"{_f(r[f'{s}/trained'])} / {_f(r[f'{s}/control'])} / "
+                                        f"{_f(r[f'{s}/difference'])}" for s in STEP_METRICS))  # fmt: skip
+    console.print(table)
+
+    summary = Table(title="Held-out agent win rate (%), final policies, 95% bootstrap intervals")
+    for col in ("environments", "episodes/run", "trained", "control", "difference"):
+        summary.add_column(col, justify="right" if col != "environments" else "left")
+    for group, g in fig["heldout"].items():
+        if group == "per_env":
+            continue
+        cell = lambda x: f"{_f(x['mean'], True)} [{_f(x['lo'], True)}, {_f(x['hi'], True)}]"  # noqa: E731
+        summary.add_row(group, str(g["episodes"]), cell(g["trained"]), cell(g["control"]), cell(g["difference"]))
+    console.print(summary)
+    v = fig["valid_rate_second_half"]
+    ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
+    console.print(f"designer valid rate, second half: trained {_f(v['trained'])}, control {_f(v['control'])}, "
+                  f"ratio {ratio}")  # fmt: skip
+    moved = {k: r["param_max_abs_change"] for k, r in fig["runs"].items()}
+    console.print(f"parameters moved (max |change| from the common start): {moved}")
+    for name, t in fig["targets"].items():
+        verdict = "[green]PASS[/green]" if t["passed"] else "[red]NOT REACHED[/red]"
+        console.print(f"{verdict}  {name}: target {t['target']}; measured {t['measured']}")
+
+
+def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
+    """Five panels (trained solid, control dashed in the same colour, their difference dotted grey; the final
+    evaluation with its 95% intervals right of the last step) and the verdicts."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    titles = {"heldout_win": "Held-out win rate (unhinted)", "valid_rate": "Designer valid rate",
+              "designer_reward": "Designer reward (mean)", "regret": "Regret (mean)",
+              "in_band": "Share of environments in the win-rate band"}  # fmt: skip
+    rates = ("heldout_win", "valid_rate", "in_band")
+    steps = fig["steps"]
+    axes = plt.subplots(2, 3, figsize=(15, 7.5), dpi=100)[1].ravel()
+    for i, (ax, (short, title)) in enumerate(zip(axes, titles.items())):
+        for run, style in (("trained", "-"), ("control", "--"), ("difference", ":")):
+            pts = [(r["step"], r[f"{short}/{run}"]) for r in rows if r[f"{short}/{run}"] is not None]
+            if pts:
+                ax.plot(*zip(*pts), style, color="#777" if run == "difference" else f"C{i}", marker="o",
+                        markersize=3, linewidth=1.0 if run == "difference" else 1.6,
+                        label="trained - control" if run == "difference" else run)  # fmt: skip
+        if short == "heldout_win" and "all" in fig["heldout"]:
+            g = fig["heldout"]["all"]
+            for run, x, face in (("trained", steps + 0.3, "C3"), ("control", steps + 0.55, "white")):
+                m = g[run]
+                ax.errorbar([x], [m["mean"]], yerr=[[m["mean"] - m["lo"]], [m["hi"] - m["mean"]]], fmt="s",
+                            color="C3", mfc=face, capsize=4, label=f"final eval, {run} (95% CI)")  # fmt: skip
+        ax.set_title(title, fontsize=11)
+        ax.set_xlabel("step")
+        ax.set_xlim(0.5, steps + 0.8)
+        if steps <= 16:
+            ax.set_xticks(range(1, steps + 1))
+        if short in rates:
+            low = min([0.0] + [r[f"{short}/difference"] for r in rows if r[f"{short}/difference"] is not None])
+            ax.set_ylim(min(-0.04, low - 0.04), 1.04)
+        ax.grid(alpha=0.3)
+        if ax.lines:
+            ax.legend(fontsize=7)
+        else:
+            ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="#888")
+    g = fig["heldout"].get("all")
+    text = ["Final held-out win rate (%, 95% CI)"]
+    if g:
+        for run in ("trained", "control", "difference"):
+            sign = "+" if run == "difference" else ""
+            m = {k: format(100 * g[run][k], f"{sign}.1f") for k in ("mean", "lo", "hi")}
+            text.append(f"  {run:<10} {m['mean']:>6} [{m['lo']}, {m['hi']}]")
+    v = fig["valid_rate_second_half"]
+    ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
+    text += ["", "Designer valid rate, 2nd half", f"  trained {_f(v['trained'])}, control {_f(v['control'])}",
+             f"  ratio {ratio}", ""]  # fmt: skip
+    text += [f"{k}: {'PASS' if t['passed'] else 'NOT REACHED'}" for k, t in fig["targets"].items()]
+    axes[-1].axis("off")
+    axes[-1].text(0.02, 0.9, "\n".join(text), va="top", fontsize=11, family="monospace")
+    plt.tight_layout()
+    plt.savefig(path)
+    plt.close("all")
+    return path
+
+
+# --------------------------------------------------------------------------------------------------- main
+def _runs(cfg: Any, control_cfg: Any, out: Path, console: Any) -> tuple[dict[str, Path], Path | None, dict]:
+    """Runs trained and control (after one shared warm start, when the config has one)."""
+    from spade_jax.loop import run
+
+    dirs = {"trained": out / "trained", "control": out / "control"}
+    for d in (*dirs.values(), out / "start", out / "eval"):
+        if d.exists():
+            raise SystemExit(f"{d} exists: choose a fresh --out")
+    walls: dict[str, float] = {}
+    start = None
+    if cfg.loop.warmstart:
+        start = out / "start"
+        t0 = time.perf_counter()
+        run(dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, steps=0)), start, console=console)
+        walls["warmstart_s"] = time.perf_counter() - t0
+        for d in dirs.values():
+            shutil.copytree(start, d)
+    for name, c in (("trained", cfg), ("control", control_cfg)):
+        console.rule(f"{name} run (learner.lr={c.learner.lr:g})")
+        t0 = time.perf_counter()
+        run(c, dirs[name], resume=start is not None, console=console)
+        walls[f"{name}_s"] = time.perf_counter() - t0
+        gc.collect()
+    return dirs, start, walls
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--preset", default="demo")
+    ap.add_argument("--steps", type=int, default=None, help="loop.steps (default: the preset's)")
+    ap.add_argument("--out", required=True, help="output directory (trained/, control/, learning.json, ...)")
+    ap.add_argument("--eval-variants", type=int, default=2, help="easiest variants per held-out seed (K)")
+    ap.add_argument("--eval-plays", type=int, default=8, help="unhinted plays per evaluation environment (M)")
+    ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=1e-5")
+    args = ap.parse_args(argv)
+
+    import logging
+
+    from rich.console import Console
+
+    from spade_jax.loop import _report_envs
+    from spade_jax.metrics import read_metrics
+    from spade_jax.overrides import apply_overrides
+    from spade_jax.report import write_report
+    from spade_jax.run_config import load_run_config
+    from spade_jax.selfplay.memory import Memory
+
+    logging.basicConfig(level=logging.WARNING, format="%(message)s")
+    console = Console(width=160)
+    t_all = time.perf_counter()
+    overrides = list(args.overrides) + ([f"loop.steps={args.steps}"] if args.steps is not None else [])
+    cfg = load_run_config(args.preset, overrides)
+    control_cfg = apply_overrides(cfg, ["learner.lr=0"])
+    out = Path(args.out).absolute()
+    out.mkdir(parents=True, exist_ok=True)
+
+    dirs, start, walls = _runs(cfg, control_cfg, out, console)
+    console.rule("final held-out evaluation")
+    envs = eval_envs(tuple(cfg.loop.held_out), args.eval_variants)
+    t0 = time.perf_counter()
+    evals = final_eval(cfg, dirs, start, out / "eval", envs, args.eval_plays)
+    walls["final_eval_s"] = time.perf_counter() - t0
+
+    metrics = {name: read_metrics(d / "metrics.jsonl") for name, d in dirs.items()}
+    rows = step_rows(metrics["trained"], metrics["control"])
+    heldout = heldout_figures(evals["trained"]["episodes"], evals["control"]["episodes"], args.bootstrap)
+    valid = valid_rate_figures(metrics["trained"], metrics["control"], cfg.loop.steps)
+    walls["total_s"] = time.perf_counter() - t_all
+    fig = {
+        "preset": args.preset, "steps": cfg.loop.steps, "overrides": overrides,
+        "eval": {"environments": [{k: e[k] for k in ("env", "seed", "group")} for e in envs],
+                 "plays_per_env": args.eval_plays, "variants_per_seed": args.eval_variants,
+                 "bootstrap_resamples": args.bootstrap, "bootstrap_seed": 0},
+        "runs": {name: {"dir": str(dirs[name]), "lr": c.learner.lr, **evals[name]}
+                 for name, c in (("trained", cfg), ("control", control_cfg))},
+        "warm_start_dir": str(start) if start else None,
+        "heldout": heldout, "per_step": rows, "valid_rate_second_half": valid,
+        "targets": targets(heldout, valid), "wall": walls,
+    }  # fmt: skip
+    (out / "learning.json").write_text(json.dumps(fig, indent=1))
+    plot(out / "learning.png", rows, fig)
+    print_tables(console, rows, fig)
+
+    mem = Memory(dirs["trained"] / "memory.sqlite")
+    env_rows = _report_envs([dataclasses.asdict(r) for r in mem.attempts()])
+    mem.close()
+    everything = heldout.get("all", {})
+    d = everything.get("difference", {})
+    summary = {"learning: held-out win, trained": everything.get("trained", {}).get("mean"),
+               "learning: held-out win, control": everything.get("control", {}).get("mean"),
+               "learning: difference [95% CI]": f"{_f(d.get('mean'))} [{_f(d.get('lo'))}, {_f(d.get('hi'))}]",
+               "learning: valid-rate ratio (2nd half)": fig["targets"]["valid_rate_ratio"]["measured"]}  # fmt: skip
+    title = f"spade-jax learning benchmark: {args.preset}, {cfg.loop.steps} steps (vs lr 0)"
+    report = write_report(dirs["trained"], envs=env_rows, summary=summary, control=dirs["control"], title=title)
+    console.print(f"wrote {out / 'learning.json'}, {out / 'learning.png'}, {report} "
+                  f"(total {walls['total_s']:.0f} s)")  # fmt: skip
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

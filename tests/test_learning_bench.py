@@ -1,0 +1,145 @@
+"""benchmarks/learning.py: the bootstrap on cases with known answers, and the paired experiment end to end on
+the tiny preset (a short shared warm start, then 2 steps): both runs' figures, well-formed intervals, paired
+episodes, a control that never moved from the warm start, a trained run that did, and the trained run's report
+drawn against the control.
+
+The end-to-end run plays a fixed pool holding one coin-flip environment (as test_loop_resume does), so the
+tiny random model gets a reward spread and the trained run really takes learner steps.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location("learning_bench", ROOT / "benchmarks" / "learning.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["learning_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = _bench()
+
+
+def test_bootstrap_known_answers() -> None:
+    x = np.array([1, 0, 1, 1, 0, 0, 1, 0] * 5, dtype=float)
+    assert bench.bootstrap_diff(x, x) == (0.0, 0.0, 0.0), "paired: identical runs differ by exactly 0"
+    m, lo, hi = bench.bootstrap_diff(x, x, paired=False)
+    assert m == 0.0 and lo < 0.0 < hi, "unpaired: an interval around 0"
+    for paired in (True, False):
+        assert bench.bootstrap_diff(np.ones(30), np.zeros(30), paired=paired) == (1.0, 1.0, 1.0)
+        assert bench.bootstrap_diff(np.zeros(30), np.ones(30), paired=paired) == (-1.0, -1.0, -1.0)
+    # Half the episodes won against none: the difference is 0.5, its interval about +-2 sd = +-0.14 around it.
+    m, lo, hi = bench.bootstrap_diff(np.tile([1.0, 0.0], 25), np.zeros(50))
+    assert m == 0.5 and 0.3 < lo < 0.5 < hi < 0.7
+    assert bench.bootstrap_diff(x, 1 - x, seed=3) == bench.bootstrap_diff(x, 1 - x, seed=3), "deterministic"
+    m, lo, hi = bench.bootstrap_mean(np.tile([1.0, 0.0, 0.0, 0.0], 25))
+    assert m == 0.25 and 0.15 < lo < 0.25 < hi < 0.35
+    with pytest.raises(ValueError):
+        bench.bootstrap_diff(np.ones(3), np.ones(4))
+
+
+def test_easiest_variants_are_easier_than_the_seed() -> None:
+    from spade_jax.envs.seeds import load_seed_source
+    from spade_jax.envs.variants import PARAMS, difficulty, seed_params
+
+    for seed in ("grid_maze", "memory_pairs", "ledger_settle", "date_offset"):
+        got = bench.easiest_variants(seed, 3)
+        assert 1 <= len(got) <= 3
+        own = difficulty(seed, seed_params(load_seed_source(seed), seed))
+        assert all(v.difficulty < own for v in got)
+        assert [v.difficulty for v in got] == sorted(v.difficulty for v in got)
+        assert got[0].difficulty == min(v.difficulty for v in bench.easiest_variants(seed, 10_000))
+        assert set(got[0].params) == set(PARAMS[seed])
+    envs = bench.eval_envs(("grid_maze",), 2)
+    assert [e["group"] for e in envs] == ["seed", "variant", "variant"] and envs[0]["env"] == "grid_maze"
+
+
+COIN_ENV = '''
+from spade_jax.envs.base import GameEnv
+
+
+class ParityGame(GameEnv):
+    """Win when the reply has an even number of characters (a coin flip for a random policy)."""
+
+    KIND = "game"
+    SKILL = "pattern recognition"
+    NAME = "parity"
+
+    def setup(self) -> str:
+        return "Reply with \\\\boxed{word}. You win if the word has an even number of letters."
+
+    def handle(self, action: str):
+        won = len(action) % 2 == 0
+        return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
+'''
+
+
+def _ok(x: dict) -> bool:
+    return -1.0 <= x["lo"] <= x["mean"] <= x["hi"] <= 1.0
+
+
+@pytest.mark.slow
+def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    pool = tmp_path / "pool"
+    pool.mkdir()
+    (pool / "parity_game.py").write_text(COIN_ENV)
+    out = tmp_path / "bench"
+    rc = bench.main(["--preset", "tiny", "--steps", "2", "--out", str(out), "--eval-variants", "1",
+                     "--eval-plays", "2", f"loop.pool={pool}", "loop.pool_envs_per_step=1",
+                     "selfplay.plays_per_condition=3", "loop.held_out=grid_maze,date_offset",
+                     # A short warm start, run once and shared: the control keeps it and takes no RL step.
+                     "loop.warmstart=true", "warmstart.epochs=1", "warmstart.designer_examples_per_seed=0",
+                     "warmstart.probe_designs=0", "warmstart.agent_episodes_per_seed=1"])  # fmt: skip
+    assert rc == 0
+    fig = json.loads((out / "learning.json").read_text())
+
+    runs = fig["runs"]
+    assert set(runs) == {"trained", "control"}
+    assert runs["control"]["lr"] == 0.0 and runs["trained"]["lr"] > 0
+    assert runs["trained"]["checkpoint_step"] == runs["control"]["checkpoint_step"] == 2
+    # Same episodes in both runs (environment, play), in the same order: the pairing of the bootstrap.
+    key = lambda eps: [(e["env"], e["play"]) for e in eps]  # noqa: E731
+    assert key(runs["trained"]["episodes"]) == key(runs["control"]["episodes"])
+    assert len(runs["trained"]["episodes"]) == 2 * 2 * 2  # 2 seeds x (seed + 1 variant) x 2 plays
+    assert all(e["won"] in (0.0, 1.0) for r in runs.values() for e in r["episodes"])
+
+    # Both runs start from the one warm start; from there the control never moved, and the trained run did,
+    # having taken learner steps on the coin-flip rewards.
+    assert fig["warm_start_dir"] == str(out / "start")
+    for run in ("trained", "control"):
+        rows = [json.loads(line) for line in (out / run / "metrics.jsonl").read_text().splitlines()]
+        assert [r["step"] for r in rows] == [0, 1, 2] and "warmstart/examples" in rows[0]
+    assert runs["control"]["param_max_abs_change"] == 0.0
+    trained_rows = [json.loads(line) for line in (out / "trained" / "metrics.jsonl").read_text().splitlines()]
+    assert any(r.get("train/skipped") == 0.0 for r in trained_rows), "the trained run should take a learner step"
+    assert runs["trained"]["param_max_abs_change"] > 0.0
+
+    for group in ("all", "seed", "variant"):
+        g = fig["heldout"][group]
+        assert all(_ok(g[run]) for run in ("trained", "control", "difference")), (group, g)
+        assert g["difference"]["mean"] == pytest.approx(g["trained"]["mean"] - g["control"]["mean"])
+    assert fig["heldout"]["all"]["episodes"] == 8
+    assert set(fig["heldout"]["per_env"]) == {e["env"] for e in fig["eval"]["environments"]}
+
+    steps = [r["step"] for r in fig["per_step"]]
+    assert steps == [1, 2]
+    last = fig["per_step"][-1]
+    assert last["heldout_win/trained"] is not None and last["heldout_win/control"] is not None  # eval_every=2
+    assert set(fig["targets"]) == {"heldout_win_diff", "valid_rate_ratio"}
+    assert all(isinstance(t["passed"], bool) for t in fig["targets"].values())
+
+    assert (out / "learning.png").stat().st_size > 10_000
+    page = (out / "trained" / "report.html").read_text()
+    assert "Dashed: the control run" in page and str(out / "control") in page

@@ -1,0 +1,151 @@
+"""report.html shows learning: key curves with a control run's (dashed), the environment browser by regret
+with mutation parent <-> child links, and the first and last generated environments side by side.
+
+The run directory is made of real parts: metrics.jsonl written by MetricsLogger, environment rows from a real
+Memory (seeds from the library, designer attempts, a mutation of a seed) passed through loop._report_envs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from spade_jax.envs.seeds import list_seeds, load_seed_source
+from spade_jax.envs.variants import make_variants
+from spade_jax.loop import _report_envs, band_stats
+from spade_jax.metrics import MetricsLogger, read_metrics
+from spade_jax.report import KEY_PANELS, plot_metrics, write_report
+from spade_jax.report.envs import by_regret, first_last
+from spade_jax.report.plots import CONTROL_SUFFIX
+from spade_jax.selfplay.memory import Memory
+
+TRAINED = {"eval/win_rate": [0.1, 0.3, 0.5], "design/valid_frac": [0.0, 0.5, 1.0],
+           "env/designer_reward_mean": [0.0, 0.4, 0.8], "env/regret_mean": [0.0, 0.1, 0.2],
+           "env/in_band_frac": [0.0, 0.5, 1.0], "rollout/win_rate_no_hint": [0.2, 0.4, 0.6]}  # fmt: skip
+CONTROL = {k: [v[0]] * 3 for k, v in TRAINED.items()}  # the control stays where it started
+
+
+def _log(run_dir: Path, series: dict[str, list[float]]) -> None:
+    logger = MetricsLogger(run_dir, tensorboard=False)
+    for i in range(3):
+        logger.log(i + 1, {k: v[i] for k, v in series.items()} | {"train/loss": 0.1 * i})
+    logger.close()
+
+
+@pytest.fixture()
+def run(tmp_path: Path):
+    """(run dir, control dir, env rows, ids by role) of a small but real-shaped run."""
+    run_dir, control_dir = tmp_path / "trained", tmp_path / "control"
+    _log(run_dir, TRAINED)
+    _log(control_dir, CONTROL)
+    mem = Memory(run_dir / "memory.sqlite")
+    seeds = [s for s in list_seeds() if s.name in ("number_target", "nim_duel", "secret_word")]
+    mem.seed_from_library(seeds)
+    variants = make_variants("number_target", 3, direction="any")
+    first = mem.record_attempt(variants[0].source, kind="game", skill="mathematical reasoning", step=0,
+                               valid=True, name=variants[0].name)  # fmt: skip
+    bad = mem.record_attempt("class Broken:", kind="game", skill="pattern recognition", step=1, valid=False,
+                             gate="static", reason="no GameEnv subclass")  # fmt: skip
+    child = mem.record_attempt(variants[1].source, kind="game", skill="mathematical reasoning", step=2, valid=True,
+                               name=variants[1].name, origin="mutation", mutation_of="seed-number_target")  # fmt: skip
+    last = mem.record_attempt(load_seed_source("nim_duel").replace("nim_duel", "nim_duel_2"), kind="game",
+                              skill="strategic planning", step=3, valid=True, name="nim_duel_2")  # fmt: skip
+    # Regrets: child 0.5 > seed number_target 0.3 > first 0.1 > seed nim_duel -0.2; last, secret_word and the
+    # rejected attempt are never measured.
+    for env_id, wr, regret in ((first.id, 0.9, 0.1), (child.id, 0.5, 0.5), ("seed-number_target", 0.4, 0.3),
+                               ("seed-nim_duel", 0.0, -0.2)):  # fmt: skip
+        mem.update_stats(env_id, win_rate_no_hint=wr, win_rate_hint=min(1.0, wr + regret), regret=regret,
+                         designer_reward=0.7, plays=4)  # fmt: skip
+    envs = _report_envs([dataclasses.asdict(r) for r in mem.attempts()])
+    mem.close()
+    ids = {"first": first.id, "bad": bad.id, "child": child.id, "last": last.id, "parent": "seed-number_target"}
+    return run_dir, control_dir, envs, ids
+
+
+def _rows(page: str) -> dict[str, str]:
+    """Browser row id -> the row's HTML, in page order."""
+    table = page.split("<table class=browser>", 1)[1].split("</table>", 1)[0]
+    return {m.group(1): m.group(0) for m in re.finditer(r'<tr id="env-([^"]+)" class=env>.*?</tr>', table, re.S)}
+
+
+def test_key_panels_draw_the_control_dashed_in_the_same_colour(run, tmp_path: Path) -> None:
+    run_dir, control_dir, _, _ = run
+    rows, control_rows = read_metrics(run_dir / "metrics.jsonl"), read_metrics(control_dir / "metrics.jsonl")
+    key, diag = plot_metrics(rows, tmp_path, control_rows)
+    panels = {p.title: p for p in key}
+    assert set(panels) == set(KEY_PANELS), "every key quantity logged gets its panel"
+    for title, names in KEY_PANELS.items():
+        panel = panels[title]
+        assert panel.path.exists()
+        for name in names:
+            if name not in TRAINED:
+                assert name not in panel.labels
+                continue
+            own = next(line for line in panel.lines if line.label == name)
+            ctl = next(line for line in panel.lines if line.label == name + CONTROL_SUFFIX)
+            assert (own.control, ctl.control) == (False, True)
+            assert own.color == ctl.color
+            assert own.values == TRAINED[name] and ctl.values == CONTROL[name]
+            assert ctl.steps == [1, 2, 3]
+    assert [p.title for p in diag] == ["Learner loss"]
+    pngs = sorted(p.name for p in tmp_path.glob("plot_*.png"))  # what the quickstart notebook displays, in order
+    assert pngs == [p.path.name for p in key + diag]
+    # Without a control: no control curves at all.
+    key_alone, _ = plot_metrics(rows, tmp_path)
+    assert all(not line.label.endswith(CONTROL_SUFFIX) for p in key_alone for line in p.lines)
+    assert all(len(p.lines) == len([n for n in KEY_PANELS[p.title] if n in TRAINED]) for p in key_alone)
+
+
+def test_report_browser_links_and_first_last(run) -> None:
+    run_dir, control_dir, envs, ids = run
+    page = write_report(run_dir, envs=envs, control=control_dir).read_text()
+    assert "Dashed: the control run" in page and str(control_dir) in page and "control (lr 0)" in page
+    assert "<td>eval/win_rate</td><td class=num>0.5</td><td class=num>0.1</td><td class=num>0.4</td>" in page
+
+    rows = _rows(page)
+    order = list(rows)
+    assert order[:4] == [ids["child"], ids["parent"], ids["first"], "seed-nim_duel"], "measured, by regret"
+    assert set(order[4:]) == {ids["last"], "seed-secret_word", ids["bad"]}, "unmeasured last"
+    assert order[-1] == ids["bad"], "rejected attempts after the valid unmeasured ones"
+    assert [e["id"] for e in by_regret(envs)] == order
+
+    # Parent <-> child links, and every link lands on an entry of the page.
+    assert f'mutation of <a href="#env-{ids["parent"]}">number_target</a>' in rows[ids["child"]]
+    assert f'mutations: <a href="#env-{ids["child"]}">' in rows[ids["parent"]]
+    assert "mutation" not in rows[ids["first"]].split("</details>", 1)[1].split("</td>", 1)[0]
+    for target in re.findall(r'href="#env-([^"]+)"', page):
+        assert target in rows, f"dangling link to {target}"
+
+    # First and last generated (designer or mutation, valid) environments, side by side, with their code.
+    pair = page.split("<div class=pair>", 1)[1].split("<h2>", 1)[0]
+    cols = pair.split("<div class=col>")[1:]
+    assert len(cols) == 2
+    assert "First generated" in cols[0] and f"#env-{ids['first']}" in cols[0]
+    assert "Last generated" in cols[1] and f"#env-{ids['last']}" in cols[1]
+    assert "nim_duel_2" in cols[1] and "<pre>" in cols[1] and "0.9" in cols[0]
+    first, last = first_last(envs)
+    assert (first["id"], last["id"]) == (ids["first"], ids["last"])
+
+    # A mutation whose parent is not among the rows (e.g. trimmed) names it without a dangling link.
+    orphan = [{**e, "mutation_of": "gone"} if e["id"] == ids["child"] else e for e in envs]
+    row = _rows(write_report(run_dir, envs=orphan).read_text())[ids["child"]]
+    assert "mutation of gone" in row and 'href="#env-gone"' not in row
+
+
+def test_report_without_control_or_generated_envs(tmp_path: Path) -> None:
+    _log(tmp_path, TRAINED)
+    page = write_report(tmp_path, envs=[]).read_text()
+    assert "(control)" not in page and "control (lr 0)" not in page
+    assert "wrote no valid environment" in page and "No environments recorded" in page
+    with pytest.raises(FileNotFoundError):
+        write_report(tmp_path, control=tmp_path / "missing")
+
+
+def test_band_stats_counts_measured_envs_in_the_band() -> None:
+    envs = [{"measured": True, "win_rate_no_hint": w} for w in (0.0, 0.15, 0.5, 0.85, 0.9)]
+    envs.append({"measured": False, "win_rate_no_hint": 0.5})
+    assert band_stats(envs, (0.15, 0.85)) == {"env/in_band_frac": 3 / 5}
+    assert band_stats([], (0.15, 0.85)) == {}
