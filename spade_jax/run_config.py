@@ -97,15 +97,18 @@ def _demo() -> RunConfig:
         max_total_len=4096,
         num_workers=8,  # episodes in flight: a batch of 8 decodes at about the cost of 4 on CPU
         loop=LoopConfig(steps=4, eval_every=2, eval_plays=2, warmstart=True),
+        # Training runs at ~100 tokens/s here, so the warm start is small: the designer family's mutations and
+        # the agent's reference play of that family.
         warmstart=WarmStartConfig(
             epochs=2,
-            lr=5e-5,
-            agent_episodes_per_seed=1,
+            lr=1e-4,
+            agent_episodes_per_seed=2,
+            agent_seed_names=("sonar_hunt",),
             designer_examples_per_seed=0,
             designer_seed_names=("sonar_hunt",),
-            designer_mutations_per_seed=4,
+            designer_mutations_per_seed=3,
             probe_designs=0,
-        ),  # fmt: skip
+        ),
         selfplay=_cpu_selfplay(
             plays_per_condition=4,
             envs_per_step=2,
@@ -128,7 +131,9 @@ def _demo() -> RunConfig:
             corpus=CorpusConfig(max_doc_tokens=256),
             memory=MemoryConfig(n_positive=0, n_negative=0, exemplar_max_chars=1200, max_param_variants=3),
         ),
-        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, remat=True),  # a 4K-token row needs ~6 GB to train
+        # Buckets sized to the demo's samples (a sonar_hunt mutation is ~2.1K tokens: not padded to 4K). Without
+        # remat a 2K-token row takes ~20 GB.
+        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, remat=True, length_buckets=(1024, 1536, 2176, 4096)),
     )
 
 

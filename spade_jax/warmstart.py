@@ -40,6 +40,7 @@ class WarmStartConfig:
     # easier one). They teach the edit, not the numbers.
     designer_mutations_per_seed: int = 0
     designer_seed_names: tuple[str, ...] = ()  # seeds that get designer examples (empty: `designer_seeds`)
+    agent_seed_names: tuple[str, ...] = ()  # seeds whose reference play the agent learns (empty: all)
     batch_size: int = 8
     probe_designs: int = 4  # designer attempts measured before and after (valid-environment rate); 0 skips
 
@@ -51,6 +52,13 @@ class WarmStartConfig:
                 f"warmstart.designer_variant_direction={self.designer_variant_direction!r}; expected one of "
                 f"{DIRECTIONS}"
             )
+        if self.designer_seed_names or self.agent_seed_names:
+            from spade_jax.envs.seeds import list_seeds
+
+            known = {s.name for s in list_seeds()}
+            unknown = sorted(set(self.designer_seed_names + self.agent_seed_names) - known)
+            if unknown:
+                raise ValueError(f"warmstart: unknown seed environments {', '.join(unknown)}")
         counts = (self.designer_variants_per_seed, self.designer_examples_per_seed, self.designer_mutations_per_seed)
         if min(counts) < 0:
             raise ValueError("warmstart.designer_{examples,variants,mutations}_per_seed must be >= 0")
@@ -171,14 +179,18 @@ def valid_rate(selfplay: Any, n: int, step: int) -> float:
     return sum(r.valid for r in results) / max(len(results), 1)
 
 
+def _named(seeds: list[Any], names: tuple[str, ...], option: str) -> list[Any]:
+    by_name = {s.name: s for s in seeds}
+    missing = [n for n in names if n not in by_name]
+    if missing:
+        raise ValueError(f"warmstart.{option}: {', '.join(missing)} not among the training seeds")
+    return [by_name[n] for n in names]
+
+
 def _designer_seeds(cfg: WarmStartConfig, seeds: list[Any], rng: random.Random) -> list[Any]:
     """The seeds that get designer examples: the named ones, else `designer_seeds` drawn, else all."""
     if cfg.designer_seed_names:
-        by_name = {s.name: s for s in seeds}
-        missing = [n for n in cfg.designer_seed_names if n not in by_name]
-        if missing:
-            raise ValueError(f"warmstart.designer_seed_names: {', '.join(missing)} not among the training seeds")
-        return [by_name[n] for n in cfg.designer_seed_names]
+        return _named(seeds, cfg.designer_seed_names, "designer_seed_names")
     return rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
 
 
@@ -192,7 +204,8 @@ def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dic
     figures: dict[str, float] = {}
     if cfg.probe_designs:
         figures["warmstart/valid_rate_before"] = valid_rate(sp, cfg.probe_designs, step=-2)
-    samples = agent_examples(parts.pool, parts.tokenizer, seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
+    agent_seeds = _named(seeds, cfg.agent_seed_names, "agent_seed_names") if cfg.agent_seed_names else seeds
+    samples = agent_examples(parts.pool, parts.tokenizer, agent_seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
     rng = random.Random(parts.cfg.loop.seed)
     design_seeds = _designer_seeds(cfg, seeds, rng)
     samples += designer_examples(

@@ -59,3 +59,32 @@ def test_warmstart_cli_saves_step_zero_and_selfplay_resumes(tmp_path: Path) -> N
     assert cont.returncode == 0, cont.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1], "the warm start ran once; self-play continued from it"
+
+
+def test_mutation_examples_show_a_parent_and_answer_with_a_variant_of_it(tokenizer) -> None:
+    """The designer's warm start for mutations: the first example shows the seed itself, unmeasured (a run's
+    start); the others a variant with the win rate that calls for the change; every answer is a variant of
+    the same seed that the gates' novelty check accepts as a parameter variant of its parent."""
+    from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
+    from spade_jax.selfplay.config import DesignerConfig, MemoryConfig
+    from spade_jax.selfplay.designer import Designer
+    from spade_jax.selfplay.memory import Memory
+    from spade_jax.warmstart import mutation_examples
+
+    seed = next(s for s in list_seeds() if s.name == "sonar_hunt")
+    mem = Memory(config=MemoryConfig(seed_from_library=False, max_param_variants=3))
+    designer = Designer(None, tokenizer, None, mem, DesignerConfig(contract="short", mutation_contract=False))
+    samples = mutation_examples(designer, tokenizer, [seed], 3, rng_seed=0)
+    assert len(samples) == 3 and all(s.role == 1 and s.advantage == 1.0 for s in samples)
+    prompts = [tokenizer.decode(s.prompt_ids) for s in samples]
+    answers = [tokenizer.decode(s.completion_ids) for s in samples]
+    assert "not yet played" in prompts[0] and "GRID = 8" in prompts[0] and "PINGS = 4" in prompts[0]  # the seed
+    assert all("wins" in p and "not yet played" not in p for p in prompts[1:])
+    assert all("# Environment contract" not in p for p in prompts)  # mutation_contract=False
+    for prompt, answer in zip(prompts, answers):
+        parent = prompt.split("```python\n", 1)[1].split("```", 1)[0]
+        child = answer.split("```python\n", 1)[1].split("```", 1)[0]
+        assert child != parent
+        index = NoveltyIndex(NoveltyConfig(max_param_variants=3))
+        index.add("parent", parent)
+        assert index.check(child).reason.startswith("parameter variant of 'parent'"), index.check(child).reason
