@@ -83,57 +83,30 @@ def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
 
 
 def _demo() -> RunConfig:
-    """SmolLM2-135M on 2 CPU cores, ~15 minutes: a warm start, then four steps of the full cycle that train.
-
-    A 135M model cannot write an environment from a contract, so the warm start teaches the designer one
-    family's kind of program (sonar_hunt: short, and one the warm-started agent sometimes wins): mutation
-    prompts with the seed or a variant as the parent, answered with another variant. Self-play then asks for
-    mutations of the archive (the seeds first, unmeasured), the novelty gate accepts a few parameter variants
-    per family, and regret and plateau choose between them. RL at 1e-5: 1e-6 does not move a 135M model in
-    four steps.
-    """
+    """SmolLM2-135M on 2 CPU cores, ~10 minutes: an agent warm start, then four steps of the full cycle."""
     return RunConfig(
         model="smollm2-135m",
         max_total_len=4096,
-        num_workers=8,  # episodes in flight: a batch of 8 decodes at about the cost of 4 on CPU
+        num_workers=4,
         loop=LoopConfig(steps=4, eval_every=2, eval_plays=2, warmstart=True),
-        # Training runs at ~100 tokens/s here, so the warm start is small: the designer family's mutations and
-        # the agent's reference play of that family.
+        # The agent learns the answer format from the seeds' reference play (short, cheap conversations).
+        # Designer examples are ~3K tokens (over a minute of CPU each per pass): `spade-jax warmstart` has them.
         warmstart=WarmStartConfig(
-            epochs=2,
-            lr=1e-4,
-            agent_episodes_per_seed=2,
-            agent_seed_names=("sonar_hunt",),
-            designer_examples_per_seed=0,
-            designer_seed_names=("sonar_hunt",),
-            designer_mutations_per_seed=3,
-            probe_designs=0,
-        ),
+            epochs=3, lr=5e-5, agent_episodes_per_seed=2, designer_examples_per_seed=0, probe_designs=0
+        ),  # fmt: skip
         selfplay=_cpu_selfplay(
             plays_per_condition=4,
             envs_per_step=2,
-            skills=("spatial reasoning",),
-            skills_per_regen=1,
             regen_interval=2,
-            designer_delay=1,
-            designer=DesignerConfig(
-                max_new_tokens=1100,
-                context_len=4096,
-                on_invalid="repair",
-                max_repairs=0,
-                contract="short",
-                mutation_share=1.0,
-                mutation_contract=False,
-                use_corpus=False,
-            ),  # repair with 0 repairs: every first attempt is trained, an invalid one at reward 0
+            designer_delay=2,
+            skills_per_regen=1,
+            designer=DesignerConfig(max_new_tokens=1024, context_len=4096, max_resamples=0),  # seeds: 600-1200 tokens
             hints=HintConfig(max_new_tokens=64),
-            rollout=RolloutConfig(max_turns=4, max_episode_tokens=1536, max_new_tokens_per_turn=48),
+            rollout=RolloutConfig(max_turns=3, max_episode_tokens=1536, max_new_tokens_per_turn=48),
             corpus=CorpusConfig(max_doc_tokens=256),
-            memory=MemoryConfig(n_positive=0, n_negative=0, exemplar_max_chars=1200, max_param_variants=3),
+            memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=1200),
         ),
-        # Buckets sized to the demo's samples (a sonar_hunt mutation is ~2.1K tokens: not padded to 4K). Without
-        # remat a 2K-token row takes ~20 GB.
-        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, remat=True, length_buckets=(1024, 1536, 2176, 4096)),
+        learner=LearnerConfig(lr=1e-6, micro_batch_size=1, remat=True),  # a 4K-token row needs ~6 GB to train
     )
 
 
