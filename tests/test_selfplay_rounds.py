@@ -34,7 +34,7 @@ POOL_CALL_TIMEOUT_S = 2.0
 
 HIGHER_LOWER = contract_examples()["game"]
 NUMBER_TARGET = load_seed_source("number_target")
-HANGS = '''from spade_jax.envs.base import GameEnv
+HANGS = """from spade_jax.envs.base import GameEnv
 
 
 class Hangs(GameEnv):
@@ -51,7 +51,7 @@ class Hangs(GameEnv):
 
     def hint(self) -> str:
         return "Think before you answer."
-'''
+"""
 
 
 def _config(**changes) -> SelfPlayConfig:
@@ -83,6 +83,7 @@ def test_skills_are_dealt_round_robin_with_peers():
 
 def test_designer_samples_of_a_skill_all_carry_signal_and_the_drop_is_counted():
     """Defect 1: designer rewards are centred per (round, skill) and scaled; none with a reward is lost."""
+
     def design(reward, skill):
         return SelfPlaySample("designer", [1], [2, 3], [1, 1], [-0.1, -0.1], reward, f"designer/0/game/{skill}")
 
@@ -146,6 +147,7 @@ def test_a_hanging_environment_is_charged_to_its_designer_not_the_agent(pool, to
 
 def test_learning_progress_updates_before_it_scores(pool, tokenizer):
     """Defect 9: the skill's averages take in the window first (gammas 0.98 / 0.85), then score it."""
+
     def always_bisect(req):  # the perfect player, hinted or not
         return bisect_or_guess(req, always=True)
 
