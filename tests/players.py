@@ -42,3 +42,24 @@ def bisect_or_guess(req, always: bool = False) -> str:
     if always or "HINT:" in req.messages[0]["content"]:
         return f"\\boxed{{{(lo + hi) // 2}}}"
     return f"\\boxed{{{random.Random(req.spec.seed * 31 + req.turn).randint(lo, hi)}}}"
+
+
+# A fixed-pool environment a random tiny model wins about half the time (reward spread without learning).
+COIN_ENV = '''
+from spade_jax.envs.base import GameEnv
+
+
+class ParityGame(GameEnv):
+    """Win when the reply has an even number of characters (a coin flip for a random policy)."""
+
+    KIND = "game"
+    SKILL = "pattern recognition"
+    NAME = "parity"
+
+    def setup(self) -> str:
+        return "Reply with \\\\boxed{word}. You win if the word has an even number of letters."
+
+    def handle(self, action: str):  # judged on the raw reply: a random tiny model rarely writes \\boxed{}
+        won = len(action) % 2 == 0
+        return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
+'''

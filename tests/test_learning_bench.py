@@ -16,6 +16,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from players import COIN_ENV
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -63,26 +64,6 @@ def test_easiest_variants_are_easier_than_the_seed() -> None:
         assert set(got[0].params) == set(PARAMS[seed])
     envs = bench.eval_envs(("grid_maze",), 2)
     assert [e["group"] for e in envs] == ["seed", "variant", "variant"] and envs[0]["env"] == "grid_maze"
-
-
-COIN_ENV = '''
-from spade_jax.envs.base import GameEnv
-
-
-class ParityGame(GameEnv):
-    """Win when the reply has an even number of characters (a coin flip for a random policy)."""
-
-    KIND = "game"
-    SKILL = "pattern recognition"
-    NAME = "parity"
-
-    def setup(self) -> str:
-        return "Reply with \\\\boxed{word}. You win if the word has an even number of letters."
-
-    def handle(self, action: str):
-        won = len(action) % 2 == 0
-        return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
-'''
 
 
 def _ok(x: dict) -> bool:

@@ -15,27 +15,10 @@ import time
 from pathlib import Path
 
 import pytest
+from players import COIN_ENV
 
 pytestmark = pytest.mark.slow
 
-COIN_ENV = '''
-from spade_jax.envs.base import GameEnv
-
-
-class ParityGame(GameEnv):
-    """Win when the reply has an even number of characters (a coin flip for a random policy)."""
-
-    KIND = "game"
-    SKILL = "pattern recognition"
-    NAME = "parity"
-
-    def setup(self) -> str:
-        return "Reply with \\\\boxed{word}. You win if the word has an even number of letters."
-
-    def handle(self, action: str):  # judged on the raw reply: a random tiny model rarely writes \\boxed{}
-        won = len(action) % 2 == 0
-        return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
-'''
 
 VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s")
 

@@ -342,8 +342,8 @@ class Designer:
         if parent is None or parent.status != "valid":
             return None
         contracts = (contract_text(self.config.contract), None) if self.config.mutation_contract else (None,)
+        ok = self.memory.config.max_param_variants > 0
         for contract in contracts:  # the contract goes first when both do not fit
-            ok = self.memory.config.max_param_variants > 0
             msgs = mutation_messages(parent, target, self.memory.config.positive_band, contract, constants_ok=ok)
             ids = self.encode(msgs + (extra or []))
             if len(ids) <= self.prompt_budget:
