@@ -2,7 +2,7 @@
 ("control"), then both final policies on held-out environments (issue 17 section 3).
 
     python benchmarks/learning.py --preset demo --steps 8 --out runs/learning [--eval-variants 2]
-                                  [--eval-plays 8] [KEY=VALUE ...]
+                                  [--eval-plays 8] [--eval-family sonar_hunt --family-variants 4] [KEY=VALUE ...]
 
 Both runs use the same config, seeds and environments; only `learner.lr` differs (0 in the control). A
 preset with a warm start runs it once, in DIR/start, and both runs continue from that checkpoint: the control
@@ -10,7 +10,9 @@ keeps the warm start, it only takes no RL step. Each run has its own directory (
 
 Held-out agent win rate, at the end: the held-out seeds (`loop.held_out`: never trained on, out of the
 memory) and the K easiest programmatic variants of each (envs/variants.py; the seeds alone may be out of a
-small model's reach), M unhinted plays each, with the same reset seeds for both runs, through the run's own
+small model's reach), and with --eval-family the easiest variants of trained-on families that neither run
+played nor warm-started on (programs of the family the agent has not seen), M unhinted plays each, with the
+same reset seeds for both runs, through the run's own
 rollout engine (its rollout config, sandbox and sampler) with the run's final parameters. Per-episode
 outcomes are kept, so the trained-minus-control difference gets a paired bootstrap 95% interval (2000
 resamples, fixed seed). Per step, from each run's metrics.jsonl: held-out win rate (the loop's own
@@ -96,9 +98,13 @@ def easiest_variants(seed: str, k: int) -> list[Any]:
     return sorted(every, key=lambda v: (v.difficulty, v.name))[:k]
 
 
-def eval_envs(held_out: tuple[str, ...], k: int) -> list[dict[str, str]]:
-    """The final evaluation's environments: each held-out seed, then its k easiest variants."""
+def eval_envs(held_out: tuple[str, ...], k: int, family: tuple[str, ...] = (),
+              played: dict[str, set[tuple]] | None = None, family_k: int = 4) -> list[dict[str, str]]:  # fmt: skip
+    """The final evaluation's environments: each held-out seed, then its k easiest variants; then, for each
+    trained-on `family` seed, its `family_k` easiest variants that neither run ever played (`played`: knob
+    values per seed), so a family the agent trains on is measured on programs it has not seen."""
     from spade_jax.envs.seeds import list_seeds, load_seed_source
+    from spade_jax.envs.variants import PARAMS, make_variants, seed_params
 
     kinds = {s.name: s.kind for s in list_seeds()}
     out = []
@@ -106,6 +112,37 @@ def eval_envs(held_out: tuple[str, ...], k: int) -> list[dict[str, str]]:
         out.append({"env": name, "seed": name, "group": "seed", "kind": kinds[name], "source": load_seed_source(name)})
         for v in easiest_variants(name, k):
             out.append({"env": v.name, "seed": name, "group": "variant", "kind": kinds[name], "source": v.source})
+    for name in family:
+        if name not in PARAMS:
+            raise SystemExit(f"--eval-family {name}: no variant table (envs/variants.py)")
+        seen = (played or {}).get(name, set()) | {_knobs(seed_params(load_seed_source(name), name))}  # warm start
+        fresh = [v for v in make_variants(name, 1_000_000, direction="any") if _knobs(v.params) not in seen]
+        for v in sorted(fresh, key=lambda v: (v.difficulty, v.name))[:family_k]:
+            out.append({"env": v.name, "seed": name, "group": "family", "kind": kinds[name], "source": v.source})
+    return out
+
+
+def _knobs(params: dict[str, int]) -> tuple:
+    return tuple(sorted(params.items()))
+
+
+def played_knobs(memories: list[Path], family: tuple[str, ...]) -> dict[str, set[tuple]]:
+    """Knob values of every program of the `family` seeds that a run's memory holds (played or designed)."""
+    from spade_jax.envs.variants import seed_params
+    from spade_jax.selfplay.memory import Memory
+
+    out: dict[str, set[tuple]] = {name: set() for name in family}
+    for path in memories:
+        mem = Memory(path)
+        try:
+            for record in mem.attempts():
+                for name in family:
+                    try:
+                        out[name].add(_knobs(seed_params(record.code or "", name)))
+                    except (ValueError, SyntaxError):
+                        continue
+        finally:
+            mem.close()
     return out
 
 
@@ -174,9 +211,9 @@ def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir
 
 def heldout_figures(trained: list[dict], control: list[dict], n: int = 2000, seed: int = 0) -> dict[str, Any]:
     """Win rates with 95% intervals per run and of the paired difference: all environments, the seeds only,
-    the variants only, and per environment (means)."""
+    the variants only, the trained-on families' unplayed variants, and per environment (means)."""
     out: dict[str, Any] = {}
-    for group in ("all", "seed", "variant"):
+    for group in ("all", "seed", "variant", "family"):
         a = [e["won"] for e in trained if group == "all" or e["group"] == group]
         b = [e["won"] for e in control if group == "all" or e["group"] == group]
         if not a:
@@ -371,6 +408,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True, help="output directory (trained/, control/, learning.json, ...)")
     ap.add_argument("--eval-variants", type=int, default=2, help="easiest variants per held-out seed (K)")
     ap.add_argument("--eval-plays", type=int, default=8, help="unhinted plays per evaluation environment (M)")
+    ap.add_argument(
+        "--eval-family",
+        default="",
+        help="comma-separated trained-on seeds: also evaluate on K of their easiest variants that neither run played",
+    )
+    ap.add_argument("--family-variants", type=int, default=4, help="unplayed variants per --eval-family seed")
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=1e-5")
     args = ap.parse_args(argv)
@@ -397,7 +440,9 @@ def main(argv: list[str] | None = None) -> int:
 
     dirs, start, walls = _runs(cfg, control_cfg, out, console)
     console.rule("final held-out evaluation")
-    envs = eval_envs(tuple(cfg.loop.held_out), args.eval_variants)
+    family = tuple(n for n in args.eval_family.split(",") if n)
+    played = played_knobs([d / "memory.sqlite" for d in dirs.values()], family)
+    envs = eval_envs(tuple(cfg.loop.held_out), args.eval_variants, family, played, args.family_variants)
     t0 = time.perf_counter()
     evals = final_eval(cfg, dirs, start, out / "eval", envs, args.eval_plays)
     walls["final_eval_s"] = time.perf_counter() - t0

@@ -297,11 +297,9 @@ def tables(plans: list[Plan]) -> str:
 
 def _block_rows(chunk: int, t: int) -> int:
     """Query rows per attention block in the learner (`Transformer.block_attention`'s rule)."""
-    from spade_jax.model.transformer import LOOP_BLOCK_ROWS, MAX_UNROLLED_BLOCKS
+    from spade_jax.model.transformer import block_rows
 
-    if not chunk or chunk >= t:
-        return t
-    return chunk if t // chunk <= MAX_UNROLLED_BLOCKS else max(chunk, LOOP_BLOCK_ROWS)
+    return block_rows(t, chunk)
 
 
 def all_plans() -> list[Plan]:

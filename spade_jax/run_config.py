@@ -83,30 +83,66 @@ def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
 
 
 def _demo() -> RunConfig:
-    """SmolLM2-135M on 2 CPU cores, ~10 minutes: an agent warm start, then four steps of the full cycle."""
+    """SmolLM2-135M on 2 CPU cores, a quarter of an hour: a warm start on one game family, then four steps of the
+    full cycle in which both roles train (issue 17).
+
+    Sized to what a 135M model can do: the agent plays the sonar_hunt family from its easiest variant up; the
+    designer, warm-started on mutation examples, writes sonar variants (every design a mutation, a variant of its
+    parent's difficulty constants passing novelty as a parameter variant); hints come from the programs'
+    own hint() (the 135M model's own hints are cut off or empty). One design round (regen_interval 4) keeps
+    the budget; its designs are scored over the plays of all four steps and trained at the last.
+    """
     return RunConfig(
         model="smollm2-135m",
-        max_total_len=4096,
+        max_total_len=2560,  # a sonar mutation prompt (~1.2K) and program (~0.9K)
         num_workers=4,
-        loop=LoopConfig(steps=4, eval_every=2, eval_plays=2, warmstart=True),
-        # The agent learns the answer format from the seeds' reference play (short, cheap conversations).
-        # Designer examples are ~3K tokens (over a minute of CPU each per pass): `spade-jax warmstart` has them.
+        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),
         warmstart=WarmStartConfig(
-            epochs=3, lr=5e-5, agent_episodes_per_seed=2, designer_examples_per_seed=0, probe_designs=0
-        ),  # fmt: skip
+            epochs=2,
+            lr=1e-4,
+            batch_size=1,
+            probe_designs=0,
+            agent_seed_names=("sonar_hunt",),
+            agent_episodes_per_seed=2,
+            designer_seed_names=("sonar_hunt",),
+            designer_examples_per_seed=0,
+            designer_mutations_per_seed=3,
+        ),
         selfplay=_cpu_selfplay(
+            skills=("spatial reasoning",),
+            skills_per_regen=1,
             plays_per_condition=4,
             envs_per_step=2,
-            regen_interval=2,
-            designer_delay=2,
-            skills_per_regen=1,
-            designer=DesignerConfig(max_new_tokens=1024, context_len=4096, max_resamples=0),  # seeds: 600-1200 tokens
-            hints=HintConfig(max_new_tokens=64),
-            rollout=RolloutConfig(max_turns=3, max_episode_tokens=1536, max_new_tokens_per_turn=48),
+            regen_interval=4,
+            designer_delay=3,  # the round's designs are scored over all four steps' plays
+            designer=DesignerConfig(
+                max_new_tokens=1000,
+                context_len=2560,
+                max_resamples=0,
+                contract="short",
+                use_corpus=False,
+                mutation_share=1.0,
+                mutation_contract=False,
+                on_invalid="repair",
+                max_repairs=0,  # every first attempt is trained, an invalid one at reward 0
+            ),
+            hints=HintConfig(source="env_or_model", max_new_tokens=64),
+            # The plateau where this agent's games are: a 135M agent wins 0-25% of the easiest sonar variants,
+            # so the paper's 40-60% band (ramp 25 points) would score every design 0.
+            reward=RewardConfig(plateau_lo=0.2, plateau_hi=0.6, plateau_ramp=0.2),
+            rollout=RolloutConfig(max_turns=4, max_episode_tokens=1536, max_new_tokens_per_turn=48),
             corpus=CorpusConfig(max_doc_tokens=256),
-            memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=1200),
+            memory=MemoryConfig(
+                n_positive=1,
+                n_negative=0,
+                exemplar_max_chars=1200,
+                seed_names=("sonar_hunt",),
+                seed_difficulty="easiest",
+                max_param_variants=6,
+            ),
         ),
-        learner=LearnerConfig(lr=1e-6, micro_batch_size=1, remat=True),  # a 4K-token row needs ~6 GB to train
+        # Rows are a 1024-token play or a 2176-token design; 1e-5 moves a 135M model in a few steps.
+        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, length_buckets=(1024, 2176, 2560)),
     )
 
 

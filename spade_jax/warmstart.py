@@ -161,7 +161,7 @@ def mutation_examples(
             # the win rate that calls for the change made.
             up, down = child.difficulty > parent.difficulty, child.difficulty < parent.difficulty
             shown = None if i == 0 else 1.0 if up else 0.0 if down else (lo + hi) / 2
-            code = s.path.read_text() if i == 0 else parent.source
+            code = _archived(designer, s) if i == 0 else parent.source
             record = EnvRecord(id=f"warm-{parent.name}", code=code, kind=s.kind, skill=s.skill,
                                win_rate_no_hint=shown, regret=None if shown is None else 0.0)  # fmt: skip
             target = DesignTarget(s.kind, s.skill, record.id)
@@ -171,6 +171,12 @@ def mutation_examples(
             answer = list(tokenizer.encode(f"```python\n{child.source.strip()}\n```", add_special_tokens=False)) + eos
             out.append(Sample(prompt_ids, answer, advantage=1.0, role=1))
     return out
+
+
+def _archived(designer: Any, seed: Any) -> str:
+    """The seed's code as the run's archive holds it (memory.seed_difficulty), else as written."""
+    record = designer.memory.get(f"seed-{seed.name}") if getattr(designer, "memory", None) is not None else None
+    return record.code if record is not None else seed.path.read_text()
 
 
 def valid_rate(selfplay: Any, n: int, step: int) -> float:

@@ -66,6 +66,23 @@ def test_easiest_variants_are_easier_than_the_seed() -> None:
     assert [e["group"] for e in envs] == ["seed", "variant", "variant"] and envs[0]["env"] == "grid_maze"
 
 
+def test_family_evaluation_skips_what_a_run_played() -> None:
+    import ast
+
+    from spade_jax.envs.seeds import load_seed_source
+    from spade_jax.envs.variants import extremes, seed_params
+
+    easy = extremes("sonar_hunt")[0]
+    played = {"sonar_hunt": {tuple(sorted(easy.params.items()))}}
+    envs = bench.eval_envs((), 0, ("sonar_hunt",), played, family_k=3)
+    assert len(envs) == 3 and {e["group"] for e in envs} == {"family"}
+    written = seed_params(load_seed_source("sonar_hunt"), "sonar_hunt")
+    for e in envs:
+        ast.parse(e["source"])
+        knobs = seed_params(e["source"], "sonar_hunt")
+        assert knobs != easy.params and knobs != written  # neither the played nor the warm-started program
+
+
 def _ok(x: dict) -> bool:
     return -1.0 <= x["lo"] <= x["mean"] <= x["hi"] <= 1.0
 

@@ -109,6 +109,33 @@ def test_seeded_from_library_and_novelty_rejects_copies():
     assert not mem.check_novelty(renamed).novel
 
 
+def test_seed_names_and_easiest_seeds():
+    import ast
+
+    import pytest
+
+    def knobs(code: str) -> dict[str, int]:  # the class-level numeric constants, read independently of variants.py
+        cls = next(n for n in ast.parse(code).body if isinstance(n, ast.ClassDef))
+        return {t.id: n.value.value for n in cls.body if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Name) and isinstance(n.value, ast.Constant)
+                and type(n.value.value) is int}  # fmt: skip
+
+    mem = Memory(config=MemoryConfig(seed_names=("sonar_hunt", "balance_scale"), seed_difficulty="easiest"))
+    assert mem.seed_from_library() == 2
+    by_name = {r.name: r for r in mem.archive()}
+    assert set(by_name) == {"sonar_hunt", "balance_scale"}
+    written, easy = knobs(load_seed_source("sonar_hunt")), knobs(by_name["sonar_hunt"].code)
+    # a smaller grid or more pings, never harder on either knob
+    assert easy != written and easy["GRID"] <= written["GRID"] and easy["PINGS"] >= written["PINGS"]
+    assert "easiest variant" in by_name["sonar_hunt"].verdict_reason
+    plain = Memory(config=MemoryConfig(seed_names=("sonar_hunt",)))
+    assert plain.seed_from_library() == 1 and plain.archive()[0].code == load_seed_source("sonar_hunt")
+    with pytest.raises(ValueError, match="no_such_game"):
+        MemoryConfig(seed_names=("no_such_game",))
+    with pytest.raises(ValueError, match="seed_difficulty"):
+        MemoryConfig(seed_difficulty="hardest")
+
+
 def test_snapshot_rolls_back_later_rows_and_stats():
     mem = Memory(config=MemoryConfig(capacity=3, seed=5))
     first = [_add(mem, i, 0.5, 0.1 * i, step=i) for i in range(3)]

@@ -161,11 +161,20 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
 
 
 def blocks_apply(t: int, chunk: int) -> bool:
-    """Whether `block_attention` can split T query rows: into at most MAX_UNROLLED_BLOCKS blocks of `chunk`,
-    or else into a loop of blocks of max(chunk, LOOP_BLOCK_ROWS)."""
-    if not 0 < chunk < t or t % chunk:
-        return False
-    return t // chunk <= MAX_UNROLLED_BLOCKS or t % max(chunk, LOOP_BLOCK_ROWS) == 0
+    """Whether `block_attention` splits T query rows (a chunk shorter than T; any T: the rows are padded)."""
+    return 0 < chunk < t
+
+
+def block_rows(t: int, chunk: int) -> int:
+    """Query rows per block of `block_attention` for T rows: `chunk` when T needs at most MAX_UNROLLED_BLOCKS
+    of them (unrolled), else the largest multiple of `chunk` up to max(chunk, LOOP_BLOCK_ROWS) that divides
+    T padded to a multiple of `chunk` (looped); T itself when no split applies."""
+    if not blocks_apply(t, chunk):
+        return t
+    n = -(-t // chunk)
+    if n <= MAX_UNROLLED_BLOCKS:
+        return chunk
+    return chunk * max(k for k in range(1, max(1, LOOP_BLOCK_ROWS // chunk) + 1) if n % k == 0)
 
 
 def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, chunk: int) -> jax.Array:
@@ -173,8 +182,9 @@ def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, c
     Up to MAX_UNROLLED_BLOCKS blocks are unrolled and attend only to keys up to their end (the rest are masked
     anyway: about half the matrix is skipped); they keep their probabilities for the backward pass while these
     total at most REMAT_SCORE_BYTES, and are recomputed in it past that. Longer rows run recomputed blocks of
-    LOOP_BLOCK_ROWS over all keys in a loop, which bounds memory on every backend (XLA's CPU scheduler keeps
-    unrolled blocks' buffers alive together)."""
+    `block_rows` over all keys in a loop, which bounds memory on every backend (XLA's CPU scheduler keeps
+    unrolled blocks' buffers alive together). Rows are padded to a multiple of `chunk` with fully masked
+    query rows, which are dropped from the output."""
     b, t, heads = q.shape[0], q.shape[1], q.shape[2] * q.shape[3]
     heads_major = lambda x: jnp.moveaxis(x, 1, -2)  # [B, T, ..., D] -> [B, ..., T, D]: batched matmul layout
 
@@ -185,18 +195,23 @@ def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, c
         return jnp.einsum("bkgts,bksd->bkgtd", probs, vb)
 
     qh, kh, vh = heads_major(q * q.shape[-1] ** -0.5), heads_major(k), heads_major(v)  # scale the smaller side
-    unrolled_bytes = 4 * b * heads * chunk * sum(range(chunk, t + 1, chunk))  # float32 scores of the causal blocks
-    if t // chunk <= MAX_UNROLLED_BLOCKS:
+    tp = -(-t // chunk) * chunk
+    if tp > t:  # padded query rows attend to nothing (uniform over masked keys) and are sliced off below
+        qh = jnp.pad(qh, [(0, 0)] * (qh.ndim - 2) + [(0, tp - t), (0, 0)])
+        mask = jnp.pad(mask, [(0, 0), (0, tp - t), (0, 0)])
+    rows = block_rows(t, chunk)
+    if rows == chunk and tp // chunk <= MAX_UNROLLED_BLOCKS:
+        unrolled_bytes = 4 * b * heads * chunk * sum(min(s + chunk, t) for s in range(0, tp, chunk))
         block = block if unrolled_bytes <= REMAT_SCORE_BYTES else jax.checkpoint(block)
         outs = [block(qh[..., s : s + chunk, :], kh[..., : s + chunk, :], vh[..., : s + chunk, :],
-                      mask[:, s : s + chunk, : s + chunk]) for s in range(0, t, chunk)]  # fmt: skip
-        return jnp.moveaxis(jnp.concatenate(outs, axis=-2), -2, 1)
+                      mask[:, s : s + chunk, : s + chunk]) for s in range(0, tp, chunk)]  # fmt: skip
+        return jnp.moveaxis(jnp.concatenate(outs, axis=-2)[..., :t, :], -2, 1)
     block = jax.checkpoint(block)  # a loop would otherwise stack every block's probabilities
-    n = t // max(chunk, LOOP_BLOCK_ROWS)
-    qs = jnp.moveaxis(qh.reshape(*qh.shape[:-2], n, t // n, qh.shape[-1]), -3, 0)  # [n, B, K, G, T/n, D]
-    ms = jnp.moveaxis(mask.reshape(mask.shape[0], n, t // n, t), 1, 0)
+    n = tp // rows
+    qs = jnp.moveaxis(qh.reshape(*qh.shape[:-2], n, rows, qh.shape[-1]), -3, 0)  # [n, B, K, G, rows, D]
+    ms = jnp.moveaxis(mask.reshape(mask.shape[0], n, rows, t), 1, 0)
     out = jax.lax.map(lambda qm: block(qm[0], kh, vh, qm[1]), (qs, ms))
-    return jnp.moveaxis(jnp.moveaxis(out, 0, -3).reshape(qh.shape), -2, 1)
+    return jnp.moveaxis(jnp.moveaxis(out, 0, -3).reshape(qh.shape)[..., :t, :], -2, 1)
 
 
 class MLP(nnx.Module):

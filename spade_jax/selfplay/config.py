@@ -59,6 +59,10 @@ class MemoryConfig:
     negative_high: float = 0.9
     exemplar_max_chars: int = 4000
     seed_from_library: bool = True
+    seed_names: tuple[str, ...] = ()  # the library seeds archived at a run's start (empty: all of them)
+    # "easiest": each seed enters the archive as its easiest variant (envs.variants.extremes, every gate passed):
+    # the easy end of a curriculum, for an agent too small to win the default games; "default": as written.
+    seed_difficulty: str = "default"
     max_invalid_rows: int = 5000
     seed: int = 0
     # Novelty: a copy with other difficulty constants is archived as a parameter variant while its family holds at
@@ -68,8 +72,17 @@ class MemoryConfig:
     def __post_init__(self) -> None:
         if self.max_param_variants < 0:
             raise ValueError(f"memory.max_param_variants={self.max_param_variants}; expected >= 0")
+        if self.seed_difficulty not in SEED_DIFFICULTIES:
+            raise ValueError(f"memory.seed_difficulty={self.seed_difficulty!r}; expected one of {SEED_DIFFICULTIES}")
+        if self.seed_names:
+            from spade_jax.envs.seeds import list_seeds
+
+            unknown = sorted(set(self.seed_names) - {s.name for s in list_seeds()})
+            if unknown:
+                raise ValueError(f"memory.seed_names: unknown seed environments {', '.join(unknown)}")
 
 
+SEED_DIFFICULTIES = ("default", "easiest")  # MemoryConfig.seed_difficulty
 ON_INVALID = ("resample", "repair")
 MUTATION_PARENTS = ("band_then_regret", "band", "regret")  # DesignerConfig.mutation_parents
 CONTRACTS = ("full", "short")  # DesignerConfig.contract (the texts: spade_jax.envs.contract.CONTRACTS)

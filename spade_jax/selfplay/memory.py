@@ -207,20 +207,26 @@ class Memory:
                 raise KeyError(f"memory: no environment {env_id!r}")
 
     def seed_from_library(self, seeds: Iterable | None = None) -> int:
-        """Adds the hand-written seed environments (origin 'seed', step -1) once; returns how many were added."""
+        """Adds the hand-written seed environments (origin 'seed', step -1) once; returns how many were added.
+        `seed_names` picks which; with `seed_difficulty="easiest"` a seed with a variant table enters as its
+        easiest variant (its name kept, so the archive holds one entry per seed either way)."""
         if seeds is None:
             from spade_jax.envs.seeds import list_seeds
 
             seeds = list_seeds()
+        wanted = set(self.config.seed_names)
         added = 0
         for info in seeds:
             rid = f"seed-{info.name}"
-            if self.get(rid) is not None:
+            if (wanted and info.name not in wanted) or self.get(rid) is not None:
                 continue
             code = Path(info.path).read_text(encoding="utf-8")
+            reason = "hand-written seed"
+            if self.config.seed_difficulty == "easiest":
+                code, reason = _easiest(info.name, code)
             self.add(EnvRecord(id=rid, code=code, kind=info.kind, skill=info.skill, name=info.name,
                                origin="seed", status="valid", verdict_valid=True, verdict_gate="seed",
-                               verdict_reason="hand-written seed", step=-1))  # fmt: skip
+                               verdict_reason=reason, step=-1))  # fmt: skip
             added += 1
         return added
 
@@ -384,3 +390,13 @@ class Memory:
         with open(path, "w", encoding="utf-8") as f:
             for rec in self.attempts():
                 f.write(json.dumps({k: getattr(rec, k) for k in _FIELDS}) + "\n")
+
+
+def _easiest(name: str, code: str) -> tuple[str, str]:
+    """A seed's easiest variant and the reason recorded with it (the seed as written when it has no table)."""
+    from spade_jax.envs.variants import PARAMS, extremes
+
+    if name not in PARAMS:
+        return code, "hand-written seed (no variant table: as written)"
+    easy = extremes(name, code)[0]
+    return easy.source, f"hand-written seed, easiest variant {easy.name}"
