@@ -53,12 +53,9 @@ class WarmStartConfig:
                 f"{DIRECTIONS}"
             )
         if self.designer_seed_names or self.agent_seed_names:
-            from spade_jax.envs.seeds import list_seeds
+            from spade_jax.envs.seeds import check_seed_names
 
-            known = {s.name for s in list_seeds()}
-            unknown = sorted(set(self.designer_seed_names + self.agent_seed_names) - known)
-            if unknown:
-                raise ValueError(f"warmstart: unknown seed environments {', '.join(unknown)}")
+            check_seed_names(self.designer_seed_names + self.agent_seed_names, "warmstart")
         counts = (self.designer_variants_per_seed, self.designer_examples_per_seed, self.designer_mutations_per_seed)
         if min(counts) < 0:
             raise ValueError("warmstart.designer_{examples,variants,mutations}_per_seed must be >= 0")

@@ -75,11 +75,9 @@ class MemoryConfig:
         if self.seed_difficulty not in SEED_DIFFICULTIES:
             raise ValueError(f"memory.seed_difficulty={self.seed_difficulty!r}; expected one of {SEED_DIFFICULTIES}")
         if self.seed_names:
-            from spade_jax.envs.seeds import list_seeds
+            from spade_jax.envs.seeds import check_seed_names
 
-            unknown = sorted(set(self.seed_names) - {s.name for s in list_seeds()})
-            if unknown:
-                raise ValueError(f"memory.seed_names: unknown seed environments {', '.join(unknown)}")
+            check_seed_names(self.seed_names, "memory.seed_names")
 
 
 SEED_DIFFICULTIES = ("default", "easiest")  # MemoryConfig.seed_difficulty

@@ -57,6 +57,13 @@ def list_seeds() -> list[SeedInfo]:
     return out
 
 
+def check_seed_names(names: tuple[str, ...], option: str) -> None:
+    """Raises ValueError naming `option` and every name in `names` that is not a seed of the library."""
+    unknown = sorted(set(names) - {s.name for s in list_seeds()})
+    if unknown:
+        raise ValueError(f"{option}: unknown seed environments {', '.join(unknown)}")
+
+
 def load_seed_source(name: str) -> str:
     """Source text of the seed called `name` (file stem); ValueError naming the known seeds if absent."""
     path = SEEDS_DIR / f"{name}.py"
