@@ -16,6 +16,28 @@ class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming the problem."""
 
 
+def _list_items(value: str, key: str) -> list[Any]:
+    """The items of a list value: a JSON list (`["a", "b"]`) or comma-separated text (`a,b`).
+
+    A malformed JSON list, or a JSON object where a list belongs, is a ConfigError naming `key` (json's own
+    message gives only a position, which on a command line of several overrides does not say which one).
+    """
+    text = value.strip()
+    if text.startswith("{") and text.endswith("}"):
+        try:
+            is_object = isinstance(json.loads(text), dict)
+        except json.JSONDecodeError:
+            is_object = False
+        if is_object:
+            raise ConfigError(f"{key}={value!r}: expected a list (a,b or a JSON list), got a JSON object")
+    if not text.startswith("["):
+        return [v for v in value.split(",") if v]
+    try:
+        return json.loads(text)  # starts with "[", so a list when it parses
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{key}={value!r}: not a valid JSON list ({e.msg} at char {e.pos})") from None
+
+
 def _parse(value: str, typ: Any, key: str) -> Any:
     origin = get_origin(typ)
     if origin in (typing.Union, types.UnionType):
@@ -28,6 +50,8 @@ def _parse(value: str, typ: Any, key: str) -> Any:
                 return _parse(value, option, key)
             except ConfigError as e:
                 errors.append(str(e))
+        if len(errors) == 1:  # e.g. `tuple[str, ...] | None`: the one real option's reason is the useful one
+            raise ConfigError(errors[0])
         raise ConfigError(f"{key}={value!r}: not a valid {typ}")
     if typ is bool:
         low = value.lower()
@@ -44,7 +68,7 @@ def _parse(value: str, typ: Any, key: str) -> Any:
     if typ is str:
         return value
     if origin in (tuple, list) or typ in (tuple, list):
-        items = json.loads(value) if value.strip().startswith("[") else [v for v in value.split(",") if v]
+        items = _list_items(value, key)
         args = [a for a in get_args(typ) if a is not Ellipsis]
         item_type = args[0] if args else str
         parsed = [_parse(str(v), item_type, key) for v in items]
@@ -52,8 +76,8 @@ def _parse(value: str, typ: Any, key: str) -> Any:
     if origin is dict or typ is dict:
         try:
             out = json.loads(value)
-        except json.JSONDecodeError:
-            raise ConfigError(f"{key}={value!r}: expected a JSON object") from None
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{key}={value!r}: expected a JSON object ({e.msg} at char {e.pos})") from None
         if not isinstance(out, dict):
             raise ConfigError(f"{key}={value!r}: expected a JSON object")
         return out

@@ -278,14 +278,27 @@ RUN_PRESETS = {
 }
 
 
+def _read_config_file(path: Path) -> str:
+    """The text of a saved config.json; a ConfigError naming the file when it is missing, unreadable or not UTF-8
+    text (the decoder's own message gives a byte position but no file)."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+        raise ConfigError(msg) from None
+    except OSError as e:  # a directory, no permission
+        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
+
+
 def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str | Path | None = None) -> RunConfig:
     """A preset (or a saved config.json) with `key=value` overrides; one-line ConfigError on bad input."""
     if config_file is not None:
         path = Path(config_file)
-        if not path.exists():
-            raise ConfigError(f"config file not found: {path}")
+        text = _read_config_file(path)
         try:
-            cfg = RunConfig.from_json(path.read_text())
+            cfg = RunConfig.from_json(text)
         except (json.JSONDecodeError, TypeError, ValueError) as e:
             raise ConfigError(f"config file {path} is not a valid run config: {e}") from None
     elif preset in RUN_PRESETS:

@@ -37,6 +37,29 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=sample)
 
 
+def _check_args(args: argparse.Namespace) -> None:
+    """Refuses sampling settings outside their ranges before any model is loaded, naming the flag (the sampler's
+    own checks name its fields, and a negative temperature it would silently take as greedy)."""
+    if not args.temperature >= 0:
+        raise ValueError(f"--temperature {args.temperature}: expected >= 0 (0 or --greedy: argmax decoding)")
+    if not 0 < args.top_p <= 1:
+        raise ValueError(f"--top-p {args.top_p}: expected a number in (0, 1] (1: off)")
+    if args.top_k < 0:
+        raise ValueError(f"--top-k {args.top_k}: expected >= 0 (0: off)")
+    if args.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens {args.max_new_tokens}: expected >= 1")
+    if args.max_total_len < 1:
+        raise ValueError(f"--max-total-len {args.max_total_len}: expected >= 1")
+
+
+def _read_text(path: Path, flag: str) -> str:
+    """A text file's contents; a ValueError naming the flag and file when it is not UTF-8."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        raise ValueError(f"{flag} {path}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})") from None
+
+
 def _read_prompts(args: argparse.Namespace) -> list[Any]:
     """Text prompts and/or message lists, in order."""
     prompts: list[Any] = list(args.prompt)
@@ -44,7 +67,7 @@ def _read_prompts(args: argparse.Namespace) -> list[Any]:
         path = Path(args.prompts_file)
         if not path.is_file():
             raise FileNotFoundError(f"--prompts-file {path}: no such file")
-        for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        for n, line in enumerate(_read_text(path, "--prompts-file").splitlines(), 1):
             if not line.strip():
                 continue
             if line.lstrip().startswith("{"):
@@ -69,6 +92,7 @@ def sample(args: argparse.Namespace) -> int:
     from rich.console import Console
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
+    _check_args(args)
     prompts = _read_prompts(args)
     console = Console(stderr=True)
     from spade_jax.model.loading import load_model

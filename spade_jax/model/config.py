@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import numbers
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,6 +18,36 @@ _HF_ARCH = {
 }
 _MOE_KEYS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob", "decoder_sparse_step")
 _DTYPES = {"float32": jnp.float32, "bfloat16": jnp.bfloat16, "float16": jnp.float16}
+# HF config.json keys that must hold a positive integer / a number when present (`check_hf_types`).
+_HF_SIZES = (
+    "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "max_position_embeddings",
+    "num_experts", "num_local_experts", "num_experts_per_tok", "moe_intermediate_size", "decoder_sparse_step",
+)  # fmt: skip
+_HF_NUMBERS = ("rope_theta", "rms_norm_eps")
+_HF_TOKEN_IDS = ("bos_token_id", "eos_token_id", "pad_token_id")
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, numbers.Integral) and not isinstance(value, bool)
+
+
+def check_hf_types(hf: dict[str, Any]) -> None:
+    """Refuses a HF config whose size, number or token-id keys hold the wrong type (e.g. hidden_size="big"),
+    naming the key: such a value would otherwise fail deep inside JAX when the model is built."""
+    for key in _HF_SIZES:
+        value = hf.get(key)
+        if value is not None and not (_is_int(value) and value > 0):
+            raise ValueError(f"{key}={value!r}: expected a positive integer")
+    for key in _HF_NUMBERS:
+        value = hf.get(key)
+        if value is not None and not (isinstance(value, numbers.Real) and not isinstance(value, bool)):
+            raise ValueError(f"{key}={value!r}: expected a number")
+    for key in _HF_TOKEN_IDS:  # eos_token_id may also be a list of ids
+        value = hf.get(key)
+        ids = value if isinstance(value, list) and key == "eos_token_id" else [value]
+        if value is not None and not all(_is_int(i) for i in ids):
+            raise ValueError(f"{key}={value!r}: expected an integer token id")
 
 
 @dataclass(frozen=True)
@@ -110,6 +141,7 @@ class ModelConfig:
     @classmethod
     def from_hf(cls, hf: dict[str, Any], **overrides: Any) -> ModelConfig:
         """Builds a config from a HF `config.json` dict (llama, qwen2, qwen3, qwen3_moe model types)."""
+        check_hf_types(hf)
         model_type = hf.get("model_type", "llama")
         arch = {"llama": "llama", "qwen2": "qwen2", "qwen3": "qwen3", "qwen3_moe": "qwen3_moe", "mistral": "llama"}.get(
             model_type

@@ -200,9 +200,15 @@ def load_hf_dir(
     if not (path / "config.json").exists():
         raise FileNotFoundError(f"{path}: no config.json (expected a Hugging Face model directory)")
     try:
-        hf = json.loads((path / "config.json").read_text())
+        hf = json.loads((path / "config.json").read_text(encoding="utf-8"))
+    except UnicodeDecodeError as e:
+        raise ValueError(
+            f"{path / 'config.json'}: not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+        ) from None
     except json.JSONDecodeError as e:
         raise ValueError(f"{path / 'config.json'}: not valid JSON ({e})") from None
+    if not isinstance(hf, dict):
+        raise ValueError(f"{path / 'config.json'}: expected a JSON object, got {type(hf).__name__}")
     if param_dtype is not None:
         overrides["param_dtype"] = param_dtype
     if dtype is not None:
@@ -211,6 +217,8 @@ def load_hf_dir(
         cfg = ModelConfig.from_hf(hf, **overrides)
     except KeyError as e:
         raise ValueError(f"{path / 'config.json'}: missing key {e}") from None
+    except ValueError as e:  # a bad value (ModelConfig.from_hf / check_hf_types): name the file it came from
+        raise ValueError(f"{path / 'config.json'}: {e}") from None
     gen = path / "generation_config.json"
     if gen.exists() and not cfg.eos_token_ids:
         eos = json.loads(gen.read_text()).get("eos_token_id")

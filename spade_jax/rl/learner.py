@@ -64,6 +64,7 @@ class LearnerConfig:
     length_buckets: tuple[int, ...] = ()  # learner row lengths; (): derived from the run's max_total_len
 
     def __post_init__(self) -> None:
+        self._check_ranges()
         if any(int(b) < 1 for b in self.length_buckets):
             raise ValueError(f"length_buckets={self.length_buckets!r}: every bucket must be positive")
         if self.kl_coef < 0:
@@ -76,6 +77,31 @@ class LearnerConfig:
             raise ValueError("micro_batch_size must be >= 0 and grad_accum_steps >= 1")
         if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
             raise ValueError(f"schedule={self.schedule!r} needs total_steps > warmup_steps")
+
+    def _check_ranges(self) -> None:
+        """Numbers outside the range where they mean anything, refused when the config is built (a negative lr
+        or an eps of 0 would otherwise run, or fail, only at the first learner step). lr 0 is allowed: a
+        control run that does not move (benchmarks/learning.py)."""
+        if not self.lr >= 0:
+            raise ValueError(f"lr={self.lr}; expected >= 0")
+        if self.warmup_steps < 0 or self.total_steps < 0:
+            raise ValueError(f"warmup_steps={self.warmup_steps}, total_steps={self.total_steps}; expected >= 0")
+        if not self.weight_decay >= 0:
+            raise ValueError(f"weight_decay={self.weight_decay}; expected >= 0")
+        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
+            raise ValueError(f"betas={tuple(self.betas)!r}; expected two numbers in [0, 1)")
+        if not self.eps > 0:
+            raise ValueError(f"eps={self.eps}; expected > 0")
+        if not self.grad_clip >= 0:
+            raise ValueError(f"grad_clip={self.grad_clip}; expected >= 0 (0 disables)")
+        if not 0 <= self.clip_low < 1 or not self.clip_high >= 0:
+            bounds = "expected 0 <= clip_low < 1 and clip_high >= 0"
+            raise ValueError(f"clip_low={self.clip_low}, clip_high={self.clip_high}; {bounds}")
+        if not self.is_cap > 0:
+            raise ValueError(f"is_cap={self.is_cap}; expected > 0")
+        if self.logits_chunk < 0 or self.attn_query_chunk < 0:
+            chunks = f"logits_chunk={self.logits_chunk}, attn_query_chunk={self.attn_query_chunk}"
+            raise ValueError(f"{chunks}; expected >= 0 (0: no chunking)")
 
     def length_buckets_for(self, max_total_len: int) -> tuple[int, ...]:
         """The configured `length_buckets`, or powers of two up to `max_total_len` (see `rl.batch`)."""

@@ -144,6 +144,9 @@ class DesignerConfig:
         return 1 + (self.max_resamples if self.on_invalid == "resample" else self.max_repairs)
 
 
+HINT_SOURCES = ("model", "env", "env_or_model")  # HintConfig.source
+
+
 @dataclass
 class HintConfig:
     """Where hints come from: 'model' (the paper's: written by the policy from the environment's source, never
@@ -160,8 +163,13 @@ class HintConfig:
     max_sentences: int = 3
     template: str = "{observation}\n\nHINT: {hint}"
 
+    def __post_init__(self) -> None:
+        if self.source not in HINT_SOURCES:  # an unknown source would silently give no hints at all
+            raise ValueError(f"hints.source={self.source!r}; expected one of {HINT_SOURCES}")
+
 
 TOOL_FORMATS = ("auto", "text")  # RolloutConfig.tool_format
+ACTION_PARSINGS = ("raw", "reference")  # RolloutConfig.action_parsing
 
 
 @dataclass
@@ -190,6 +198,12 @@ class RolloutConfig:
     system_prompt: str | None = None
     tool_stop_strings: tuple[str, ...] = ("</tool_call>", "</answer>")
 
+    def __post_init__(self) -> None:  # checked here too, not only when the rollout engine is built mid-run
+        if self.action_parsing not in ACTION_PARSINGS:
+            raise ValueError(f"rollout.action_parsing={self.action_parsing!r}; expected one of {ACTION_PARSINGS}")
+        if self.tool_format not in TOOL_FORMATS:
+            raise ValueError(f"rollout.tool_format={self.tool_format!r}; expected one of {TOOL_FORMATS}")
+
 
 REWARD_KINDS = ("blend", "regret", "solve_band", "learning_progress")
 
@@ -215,6 +229,18 @@ class RewardConfig:
             raise ValueError(f"reward.kind={self.kind!r}; expected one of {REWARD_KINDS}")
         if not 0.0 <= self.lp_gamma_slow < self.lp_gamma_fast <= 1.0:
             raise ValueError("reward: need 0 <= lp_gamma_slow < lp_gamma_fast <= 1")
+
+
+def _check_kinds(kinds: tuple[str, ...]) -> None:
+    """`selfplay.kinds`: one or more environment kinds the designer writes (envs.base.KINDS), checked
+    when the config is built, since an unknown kind would otherwise surface only in the first design round."""
+    from spade_jax.envs.base import KINDS
+
+    if isinstance(kinds, str) or not kinds:
+        raise ValueError(f"selfplay.kinds={kinds!r}; expected a non-empty list of kinds from {KINDS}")
+    unknown = [k for k in kinds if k not in KINDS]
+    if unknown:
+        raise ValueError(f"selfplay.kinds: unknown environment kind {unknown[0]!r}; expected kinds from {KINDS}")
 
 
 @dataclass
@@ -268,6 +294,7 @@ class SelfPlayConfig:
             raise ValueError("regen_interval must be >= 1, designer_delay and skills_per_regen >= 0")
         if self.designer_reward_scale < 0:
             raise ValueError("designer_reward_scale must be >= 0 (0: automatic)")
+        _check_kinds(self.kinds)
 
     def replace(self, **changes) -> SelfPlayConfig:
         """Copy with top-level fields changed."""

@@ -47,7 +47,7 @@ from typing import Any
 
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
-from spade_jax.selfplay.config import TOOL_FORMATS, RolloutConfig
+from spade_jax.selfplay.config import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
 
@@ -65,7 +65,6 @@ __all__ = [
 ]
 
 HINT, NO_HINT = "hint", "no_hint"
-ACTION_PARSINGS = ("raw", "reference")
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
 # Stands in for an episode's tool schemas when the template pieces around a message are probed.
 _PIECE_TOOLS = [{"type": "function", "function": {"name": "probe", "description": "Probe.",
