@@ -51,9 +51,9 @@ def test_outcome_rule():
     assert episode_outcome([0.5, 0.5, 0.5], terminated=False) == (0.0, False)
     assert episode_outcome([0.5, 0.5, 0.2], terminated=True) == (0.2, False)
     assert episode_outcome([0.0, 3.0], terminated=True) == (1.0, True)
-    assert episode_outcome([1.0], terminated=True, won=False) == (1.0, False)  # the env's own bool wins
-    assert episode_outcome([0.0], terminated=True, won=True) == (0.0, True)
-    assert episode_outcome([1.0], terminated=False, won=True) == (0.0, False)
+    assert episode_outcome([10**400], terminated=True) == (0.0, False)  # beyond the float range: 0, no crash
+    assert episode_outcome(["1.0"], terminated=True) == (0.0, False)
+    assert episode_outcome([True], terminated=True) == (0.0, False)
     assert episode_outcome([], terminated=True) == (0.0, False)
     assert episode_outcome([float("nan")], terminated=True) == (0.0, False)
 

@@ -215,7 +215,7 @@ def _play(run: _Runner, seed: int, policy: str, rng: random.Random, max_steps: i
         transcript.append((obs, reward, terminated, truncated, _canon(info)))
         ret += reward
         if terminated or truncated:
-            won = episode_outcome([reward], bool(terminated), info.get("won") if isinstance(info, dict) else None)[1]
+            won = episode_outcome([reward], bool(terminated))[1]
             ended = True
             break
     return _Episode(actions, transcript, len(actions), ret, won, ended)

@@ -513,7 +513,7 @@ class RolloutEngine:
         ep.rewards.append(reward)
         info = info if isinstance(info, dict) else {}
         if terminated or truncated:
-            self._finish(lv, "terminated" if terminated else "truncated", won=info.get("won"))
+            self._finish(lv, "terminated" if terminated else "truncated")
             return False
         if lv.ep.turns >= self.config.max_turns:  # the env did not enforce the turn limit: truncated by us
             self._finish(lv, "max_turns")
@@ -541,11 +541,11 @@ class RolloutEngine:
             ep.raw_logprobs += [0.0] * len(delta)
         return True
 
-    def _finish(self, lv: _Live, reason: str, *, won: Any = None) -> None:
+    def _finish(self, lv: _Live, reason: str) -> None:
         """Ends the episode: only reason "terminated" counts the terminal reward (`episode_outcome`)."""
         ep = lv.ep
         ep.end_reason, ep.terminated = reason, reason == "terminated"
-        ep.episode_return, ep.won = episode_outcome(ep.rewards, ep.terminated, won)
+        ep.episode_return, ep.won = episode_outcome(ep.rewards, ep.terminated)
 
     def _discard(self, lv: _Live, error: str, message: str | None) -> bool:
         ep = lv.ep
