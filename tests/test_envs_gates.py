@@ -64,7 +64,8 @@ def test_broken_env_rejected_in_sandbox(path, pool):
     gate, reason = expectation(path)
     assert validate_static(path.read_text(encoding="utf-8")).valid  # it only fails once it runs
     archive = SEEDS if gate == "novelty" else ()
-    verdict = validate(path.read_text(encoding="utf-8"), pool, archive=archive)
+    run_like = GateConfig(seed_key="a-run-secret-0f3c9e")  # as a run validates: with a key of its own
+    verdict = validate(path.read_text(encoding="utf-8"), pool, archive=archive, config=run_like)
     assert not verdict.valid
     assert verdict.gate == gate, str(verdict)
     assert re.search(reason, verdict.reason), str(verdict)

@@ -73,6 +73,28 @@ def test_truncated_episodes_return_zero_and_terminated_ones_their_terminal_rewar
     assert not truncated.terminated and stopped.terminated and not endless.terminated
 
 
+# Says it was won (info["won"] True) on every ending, whatever it paid: a lie that would inflate its win rate.
+BOASTER = """
+class Boaster:
+    def __init__(self, max_turns=25):
+        pass
+
+    def reset(self, seed=None):
+        self.seed = seed
+        return "Say anything in \\\\boxed{}.", {"won": True}
+
+    def step(self, action):
+        return "Over.", (1.0 if self.seed == 1 else 0.0), True, False, {"won": True, "return": 1.0}
+"""
+
+
+def test_a_win_is_read_from_the_return_never_from_the_env_info(pool, tokenizer):
+    specs = [EpisodeSpec("boaster", BOASTER, seed, "no_hint") for seed in (0, 1)]
+    lied, earned = _run(pool, tokenizer, specs, lambda req: "\\boxed{x}", max_turns=5).episodes
+    assert lied.terminated and (lied.episode_return, lied.won) == (0.0, False)
+    assert earned.terminated and (earned.episode_return, earned.won) == (1.0, True)
+
+
 def test_turn_limit_of_the_engine_truncates_envs_that_ignore_it(pool, tokenizer):
     ep = _run(pool, tokenizer, [EpisodeSpec("drip", DRIP, 2, "no_hint")], lambda r: "\\boxed{go}", max_turns=4)
     assert ep.episodes[0].end_reason == "max_turns" and ep.episodes[0].turns == 4

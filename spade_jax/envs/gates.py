@@ -7,6 +7,7 @@ session. The first failing gate ends validation with a one-line reason.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import random
@@ -34,11 +35,12 @@ class GateConfig:
     """Episode counts and limits of the gates; defaults keep one validation at ~1-3 s in gVisor."""
 
     max_turns: int = 25
-    probe_seed: int = 0
-    determinism_seeds: tuple[int, ...] = (11, 12)
+    # The reset seeds of gate episodes derive from this key (`seed`); a run passes a secret of its own, so that an
+    # environment cannot tell a gate episode from a training one by its seed and behave only on the gates.
+    seed_key: str = "spade-gates"
+    determinism_episodes: int = 2
     determinism_steps: int = 12
     random_episodes: int = 20
-    random_seed0: int = 1000
     generic_episodes: int = 8  # extra generic-policy episodes when the env has its own random_action
     max_random_win_rate: float = 0.15
     reference_episodes: int = 2  # reported in details only (reference_action is optional)
@@ -49,6 +51,16 @@ class GateConfig:
     extract: bool = True  # run the completion parser first (bare source passes through unchanged)
     static: StaticConfig = field(default_factory=StaticConfig)
     novelty: NoveltyConfig = field(default_factory=NoveltyConfig)
+
+    def seed(self, purpose: str, i: int = 0) -> int:
+        """Reset seed of gate episode i of a purpose: 31 bits of a keyed hash, like the training seeds."""
+        digest = hashlib.sha256(f"{self.seed_key}|{purpose}|{i}".encode()).digest()
+        return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+
+    @property
+    def probe_seed(self) -> int:
+        """The seed of the reset, step and hint probes."""
+        return self.seed("probe")
 
 
 @dataclass
@@ -275,7 +287,8 @@ def _gate_step(run: _Runner, cfg: GateConfig, obs: str, info: dict, details: dic
 
 def _gate_determinism(run: _Runner, cfg: GateConfig, details: dict) -> None:
     """Plays each seed once (env's random policy first, when it has one), then replays the same actions."""
-    for i, seed in enumerate(cfg.determinism_seeds):
+    for i in range(cfg.determinism_episodes):
+        seed = cfg.seed("determinism", i)
         policy = "env" if i == 0 and details.get("has_random_action") else "generic"
         first = _play(run, seed, policy, random.Random(seed), cfg.determinism_steps)
         again = _replay(run, seed, first.actions)
@@ -291,7 +304,7 @@ def _check_ends(run: _Runner, ep: _Episode, cfg: GateConfig, label: str) -> None
 
 def _gate_termination(run: _Runner, cfg: GateConfig, details: dict) -> None:
     for policy in ("noop", "repeat", "generic"):
-        ep = _play(run, cfg.probe_seed + 1, policy, random.Random(policy), cfg.max_turns)
+        ep = _play(run, cfg.seed("termination"), policy, random.Random(policy), cfg.max_turns)
         _check_ends(run, ep, cfg, {"noop": "no-op", "repeat": "repeated", "generic": "random"}[policy])
         details[f"{policy}_episode_steps"] = ep.steps
 
@@ -305,7 +318,7 @@ def _gate_random_play(run: _Runner, cfg: GateConfig, details: dict) -> None:
     wins, episodes, steps = 0, 0, 0
     for policy, n in plan:
         for i in range(n):
-            seed = cfg.random_seed0 + i + (1000 if policy == "generic" else 0)
+            seed = cfg.seed(f"random_play/{policy}", i)
             ep = _play(run, seed, policy, random.Random(seed), cfg.max_turns)
             _check_ends(run, ep, cfg, "random")
             wins, episodes, steps = wins + ep.won, episodes + 1, steps + ep.steps
@@ -322,15 +335,15 @@ def _reference_win_rate(run: _Runner, cfg: GateConfig, details: dict) -> None:
     """Plays reference_action for a few episodes; recorded in details, never a failure."""
     wins = 0
     for i in range(cfg.reference_episodes):
-        run.reset(cfg.random_seed0 + 500 + i)
+        run.reset(cfg.seed("reference", i))
         for _ in range(cfg.max_turns):
             _, action = run.optional("reference_action")
             if not isinstance(action, str):
                 details["reference_error"] = f"reference_action() returned {type(action).__name__}"
                 return
-            *_, terminated, truncated, info = run.step(action)
+            _, reward, terminated, truncated, _ = run.step(action)
             if terminated or truncated:
-                wins += info.get("won") is True
+                wins += episode_outcome([reward], bool(terminated))[1]
                 break
     details["reference_win_rate"] = wins / max(cfg.reference_episodes, 1)
 

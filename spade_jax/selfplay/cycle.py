@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import secrets
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
@@ -53,6 +54,25 @@ def episode_seed(env_id: str, step: int, k: int) -> int:
     return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
 
 
+def gate_key(run_dir: str | Path | None) -> str:
+    """The run's secret for gate seeds (`GateConfig.seed_key`): made once, kept in the run directory (so a resumed
+    run validates with the same seeds), never sent to an environment. Without a run directory: the default key."""
+    if run_dir is None:
+        return GateConfig.seed_key
+    path = Path(run_dir) / "gate_key"
+    try:
+        key = path.read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        key = ""
+    if len(key) < 16:  # missing or damaged: a new secret (only the seeds of later validations change)
+        key = secrets.token_hex(16)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(key)
+        tmp.replace(path)
+    return key
+
+
 class SelfPlay:
     """Owns the memory, corpus, designer, hint writer and rollout engine of a run."""
 
@@ -78,7 +98,7 @@ class SelfPlay:
             corpus = Corpus(config.corpus, tokenizer)
         self.corpus = corpus
         context = getattr(sampler, "max_total_len", None)
-        self.gate_config = gate_config or GateConfig(max_turns=config.rollout.max_turns)
+        self.gate_config = gate_config or GateConfig(max_turns=config.rollout.max_turns, seed_key=gate_key(run_dir))
         self.designer = Designer(
             sampler, tokenizer, pool, self.memory, config.designer, corpus=corpus, gate_config=self.gate_config,
             exemplars=(config.memory.n_positive, config.memory.n_negative),
