@@ -145,8 +145,9 @@ def _assert_host_unharmed(pool: HostPool, host: dict) -> None:
     assert Path(ctx["home_secret"]).read_text() == host["secret"]
 
 
-def _assert_pool_serves(pool: HostPool) -> None:
-    """A well-behaved episode in the same pool is correct, and finds no leftovers inside the sandbox."""
+def _assert_pool_serves(pool: HostPool) -> dict:
+    """A well-behaved episode in the same pool is correct, and finds no leftovers inside the sandbox; returns
+    what the inspector saw."""
     from spade_jax.envs.base import GameEnv  # noqa: F401  (the in-process reference imports it too)
 
     src = (ENVS / "plain_walk.py").read_text()
@@ -168,6 +169,7 @@ def _assert_pool_serves(pool: HostPool) -> None:
     if pool.level in ("bwrap", "process"):  # episode uids are real host uids here: nothing may linger
         time.sleep(0.05)
         assert len(_uid_procs(facts["uid"])) <= 1, "episode processes left on the host"  # 1: the next spare
+    return facts
 
 
 def _in_process(src: str, seed: int, actions: list[str]) -> list:
@@ -187,7 +189,9 @@ class Case:
     file: str
     calls: list = field(default_factory=lambda: [("reset", 0), ("step", "go")])
     expect: set = field(default_factory=lambda: {"ok"})  # allowed outcomes of the LAST call
-    check: object = None  # check(result, host) -> None
+    check: object = None  # check(result, host) -> None, when the last call succeeded
+    fail_check: object = None  # fail_check(result, host) -> None, when it failed
+    after: object = None  # after(inspector_facts) -> None: what the next, well-behaved episode found
 
 
 def _obs(r) -> str:
@@ -241,6 +245,46 @@ def _is_systemexit(r, host):
     assert "SystemExit" in r.message
 
 
+CONTROL_CHARS = ("\x1b", "\x07", "\r", "\x9b", "\x7f", "\u202e")
+
+
+def _plain_utf8(r, host):
+    """Every string the pool hands over encodes as UTF-8 (the tokenizer, SQLite and print need that)."""
+    text = json.dumps(r.value, ensure_ascii=False) + r.message + r.traceback
+    text.encode("utf-8")  # UnicodeEncodeError on a lone surrogate
+    assert "\ufffd" in text, "the surrogates were replaced, not dropped"
+
+
+def _plain_failure(r, host):
+    (r.message + r.traceback).encode("utf-8")
+    assert "\ufffd" in r.message and r.message == " ".join(r.message.split())
+
+
+def _names(*words):
+    def check(r, host):
+        assert all(w in r.message for w in words), r.message
+
+    return check
+
+
+def _escaped(r, host):
+    text = r.message + r.traceback
+    assert not [c for c in CONTROL_CHARS if c in text], ascii(text)
+    assert "\\x1b[2J" in r.message and "all good" in r.message
+
+
+def _attack_ran(key, at_least):
+    def check(r, host):
+        got = r.value[4][key]
+        assert (len(got) if isinstance(got, list) else got) >= at_least, r.value
+
+    return check
+
+
+def _tmp_free(facts):
+    assert facts["tmp_free_mb"] >= 0.9 * facts["tmp_size_mb"], facts
+
+
 CASES = [
     Case("net_tcp_host", check=_not_connected),
     Case("net_udp_host"),
@@ -290,6 +334,28 @@ CASES = [
     Case("load_time_loop", calls=[], expect={"timeout"}),
     Case("privilege_escalation", check=_no_root),
     Case("exit_traps"),
+    # one environment must never end the run: what crosses from the sandbox is plain, checked data
+    Case("surrogate_observation", calls=[("reset", 0)], check=_plain_utf8),
+    Case("surrogate_observation", calls=[("reset", 0), ("step", "\\boxed{5}")], check=_plain_utf8),
+    Case("surrogate_exception", expect={"exception"}, fail_check=_plain_failure),
+    Case(
+        "huge_int_reward",
+        calls=[("reset", 0), ("step", "go"), ("step", "go")],
+        expect={"bad_return"},
+        fail_check=_names("reward", "float"),
+    ),
+    Case(
+        "poisoned_info",
+        calls=[("reset", 0), ("step", "deep")],
+        expect={"bad_return"},
+        fail_check=_names("nested deeper"),
+    ),
+    Case("malformed_reply", calls=[], expect={"bad_return"}, fail_check=_names("load()", "malformed")),
+    Case("terminal_escape", calls=[("reset", 0), ("step", "boom")], expect={"exception"}, fail_check=_escaped),
+    # cleanup between episodes cannot be defeated by what the episode left
+    Case("unreadable_dir", check=_attack_ran("made", 1), after=_tmp_free),
+    Case("deep_tree", check=_attack_ran("depth", 3000), after=_tmp_free),
+    Case("tmp_fill_then_leave", check=_attack_ran("mb", 8), after=_tmp_free),
 ]
 
 
@@ -320,8 +386,12 @@ def test_hostile_program_is_contained(pool, host, case):
         case.check(last, host)
     elif case.check and "ok" in case.expect and case.expect == {"ok"}:
         pytest.fail(f"{case.file}: expected ok, got {last}")
+    if not last.ok and case.fail_check:
+        case.fail_check(last, host)
     if outcome == "exception":
         assert last.traceback or last.message
     _assert_host_unharmed(pool, host)
-    _assert_pool_serves(pool)
+    facts = _assert_pool_serves(pool)
+    if case.after:
+        case.after(facts)
     assert os.getpid() and pool.stats["sessions"] > 0

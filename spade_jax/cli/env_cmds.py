@@ -86,7 +86,7 @@ def _validate_env(args: argparse.Namespace) -> int:
             verdict = validate(verdict.source, pool, archive=archive, config=config)
         finally:
             pool.close()
-    if args.json:
+    if args.json:  # ensure_ascii: every control character and non-ASCII one is a \u escape
         print(json.dumps({"file": args.file, **verdict.to_dict()}, indent=2, default=str))
     else:
         _print_verdict(args.file, verdict)
@@ -94,11 +94,15 @@ def _validate_env(args: argparse.Namespace) -> int:
 
 
 def _print_verdict(file: str, verdict) -> None:
+    """The verdict in a few lines; what the environment wrote (reason, names) has its control characters escaped,
+    so it cannot repaint the verdict or drive the terminal."""
+    from spade_jax.envs.protocol import printable
+
     d = verdict.details
     status = "VALID" if verdict.valid else "INVALID"
-    print(f"{status}  {file}")
-    print(f"  gate:   {verdict.gate}")
-    print(f"  reason: {verdict.reason}")
+    print(printable(f"{status}  {file}"))
+    print(printable(f"  gate:   {verdict.gate}"))
+    print(printable(f"  reason: {verdict.reason}"))
     facts = []
     if d.get("class_name"):
         facts.append(f"class {d['class_name']}" + (f"({d['base']})" if d.get("base") else ""))
@@ -113,7 +117,7 @@ def _print_verdict(file: str, verdict) -> None:
     if "seconds" in d:
         facts.append(f"{d['seconds']:.2f} s, {d.get('calls', 0)} calls")
     if facts:
-        print("  " + "; ".join(facts))
+        print(printable("  " + "; ".join(str(f) for f in facts)))
 
 
 # ------------------------------------------------------------------------------------------------ env-run
@@ -202,30 +206,39 @@ def _result_fields(result, event: str | None) -> dict:
 
 
 def _emit_json(record: dict) -> None:
-    print(json.dumps(record, ensure_ascii=False), flush=True)
+    """One JSON line; DEL, C1 and bidi controls (which ensure_ascii=False leaves raw) become \\u escapes."""
+    from spade_jax.envs.protocol import printable
+
+    print(printable(json.dumps(record, ensure_ascii=False, default=str), json_escapes=True), flush=True)
 
 
 def _emit_text(record: dict) -> None:
+    """One event as text, every part the environment wrote with its control characters escaped."""
+    from spade_jax.envs.protocol import printable
+
+    print(printable(_event_text(record)), flush=True)
+
+
+def _event_text(record: dict) -> str:
+    """The text of one event (observation, info, failure and traceback included), unescaped."""
     event = record["event"]
     if event == "end":
-        print(f"episode {record['reason']} ({record['unplayed_actions']} action(s) not played)")
-        return
+        return f"episode {record['reason']} ({record['unplayed_actions']} action(s) not played)"
     head = f"[{event}]" + (f" {record['action']!r}" if "action" in record else "")
     if not record.get("ok", True):
-        print(f"{head} FAILED {record['error']}: {record['message']}")
+        text = f"{head} FAILED {record['error']}: {record['message']}"
         if record.get("traceback"):
-            print("  " + record["traceback"].rstrip().replace("\n", "\n  "))
-        return
+            text += "\n  " + record["traceback"].rstrip().replace("\n", "\n  ")
+        return text
     if event == "load":
-        v = record.get("value") or {}
-        methods = ", ".join(v.get("methods", []))
-        print(f"{head} {v.get('env_class')} in sandbox {record['sandbox']} (methods: {methods})")
-    elif event == "reset":
-        print(f"{head} seed={record['seed']}\n{record['observation']}\n  info: {json.dumps(record['info'])}")
-    elif event == "hint":
-        print(f"{head} {record['hint']}")
-    elif event == "step":
-        print(f"{head} reward={record['reward']} terminated={record['terminated']} truncated={record['truncated']}")
-        print(f"{record['observation']}\n  info: {json.dumps(record['info'])}")
-    else:
-        print(f"{head} {json.dumps(record.get('value'))}")
+        v = record.get("value") if isinstance(record.get("value"), dict) else {}
+        methods = ", ".join(str(m) for m in v.get("methods", []))
+        return f"{head} {v.get('env_class')} in sandbox {record['sandbox']} (methods: {methods})"
+    if event == "reset":
+        return f"{head} seed={record['seed']}\n{record['observation']}\n  info: {json.dumps(record['info'])}"
+    if event == "hint":
+        return f"{head} {record['hint']}"
+    if event == "step":
+        return (f"{head} reward={record['reward']} terminated={record['terminated']} truncated={record['truncated']}"
+                f"\n{record['observation']}\n  info: {json.dumps(record['info'])}")  # fmt: skip
+    return f"{head} {json.dumps(record.get('value'))}"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import functools
 import inspect
 import json
-import math
 import random
 import re
 from typing import Any
@@ -307,9 +306,10 @@ class TextEnv:
             raise ContractError(f"{hook}() observation must be str, got {type(obs).__name__}")
         if isinstance(reward, bool) or not isinstance(reward, int | float):
             raise ContractError(f"{hook}() reward must be a number, got {type(reward).__name__}")
+        if not -1.0 <= reward <= 1.0:  # NaN fails too; ints compare exactly, so 10**400 never reaches float()
+            shown = reward if isinstance(reward, float) or abs(reward) < 10**15 else f"int ({len(str(reward))} digits)"
+            raise ContractError(f"{hook}() reward {shown} is outside [-1, 1]")
         reward = float(reward)
-        if not math.isfinite(reward) or not -1.0 <= reward <= 1.0:
-            raise ContractError(f"{hook}() reward {reward} is outside [-1, 1]")
         if not isinstance(done, bool):
             raise ContractError(f"{hook}() done flag must be bool, got {type(done).__name__}")
         return obs, reward, done
@@ -527,7 +527,7 @@ class ToolEnv(TextEnv):
         if isinstance(verdict, bool):
             reward = 1.0 if verdict else 0.0
         elif isinstance(verdict, int | float):
-            reward = float(verdict)
+            reward = verdict  # step() checks the range; float() here would raise OverflowError on 10**400
         else:
             raise ContractError(f"check_answer() must return bool or a number, got {type(verdict).__name__}")
         msg = "Correct. Task complete." if reward >= 0.999 else "Incorrect. Task failed."
@@ -612,7 +612,7 @@ class ReasoningEnv(TextEnv):
         if not isinstance(verdict, bool | int | float):
             raise ContractError(f"check_answer() must return bool, got {type(verdict).__name__}")
         self.attempts += 1
-        if float(verdict) >= 0.999:
+        if verdict >= 0.999:  # not float(): an int beyond the float range would raise OverflowError
             return self.win("Correct!")
         if self.attempts >= self.MAX_ATTEMPTS:
             return self.lose("Incorrect.")

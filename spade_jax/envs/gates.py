@@ -9,14 +9,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import math
 import random
 import re
 import time
+import traceback
 from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spade_jax.envs import protocol
 from spade_jax.envs.extract import ExtractError, extract_source
 from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
 from spade_jax.envs.outcome import episode_outcome
@@ -24,6 +27,8 @@ from spade_jax.envs.probes import MALFORMED_ACTIONS, GenericPolicy, guess_kind, 
 from spade_jax.envs.static_checks import StaticConfig, check_static
 
 __all__ = ["GATES", "GateConfig", "Verdict", "validate", "validate_static"]
+
+log = logging.getLogger(__name__)
 
 GATES: tuple[str, ...] = (
     "extract", "static", "load", "reset", "step", "determinism", "termination", "random_play", "hint", "novelty",
@@ -94,6 +99,10 @@ def _short(value: Any, n: int = 60) -> str:
     return text if len(text) <= n else text[: n - 3] + "..."
 
 
+# A HostPool shape failure: "step() reward must be a float, got bool True", "reset() must return (observation, ...".
+_POOL_SHAPE_RE = re.compile(r"^\w+\(\) (?:\w+ )?must ")
+
+
 def _call_error(what: str, result: Any, timeout_s: float | None) -> str:
     """One line describing a failed CallResult."""
     err, msg = getattr(result, "error", None), (getattr(result, "message", "") or "").strip()
@@ -105,6 +114,8 @@ def _call_error(what: str, result: Any, timeout_s: float | None) -> str:
     if err == "crashed":
         return f"{what} crashed the worker" + (f": {msg}" if msg else "")
     if err == "bad_return":
+        if _POOL_SHAPE_RE.match(msg):  # the pool's type check names the method and the field itself
+            return msg
         if "Out of range float" in msg or "non-JSON number" in msg:
             return f"{what} returned a non-finite number (NaN or infinity)"
         detail = re.sub(r"^\w+\(\)\s*(?::\s*)?", "", msg)  # the worker's message starts with 'step()'
@@ -452,6 +463,11 @@ def validate(
         details["calls"] = run.calls if run else 0
         details["seconds"] = time.monotonic() - t0
         return Verdict(False, f.gate, f.reason, details, source)
+    except Exception as e:  # a gate that trips over the environment's data must not end the run
+        log.warning("validation raised on an environment's data:\n%s", protocol.printable(traceback.format_exc()))
+        details["calls"] = run.calls if run else 0
+        reason = protocol.printable(" ".join(f"validation raised {type(e).__name__}: {e}".split())[:300])
+        return Verdict(False, "internal", reason, details, source)
     finally:
         if session is not None:
             try:

@@ -5,11 +5,18 @@ episode process and returns an `EnvSession`; `session.close()` hands the worker 
 across sessions (gVisor's start cost is paid rarely); one that crashed, hung or was killed is replaced in
 the background. Every failure, including a dead sandbox, comes back as a `CallResult`, never an exception.
 Thread-safe: many sessions may run at once from different threads (`HostPool.map` provides the threads).
+
+Every reply crosses one door, `_from_reply`: what the episode sent (or forged) becomes plain data (strings valid
+UTF-8, nesting bounded, see `protocol.clean_value`) of the shape its method promises (reset: [str, dict];
+step: [str, finite float, bool, bool, dict]; hint: str or None; load: the env's description), and the
+messages of failures are one printable line. Anything else is that environment's `bad_return`, so no host code
+downstream (tokenizer, memory, gates, CLI) ever sees a value that can make it raise.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import Counter
@@ -39,21 +46,103 @@ class CallResult:
 
     @classmethod
     def failure(cls, error: str, message: str, traceback: str = "") -> CallResult:
-        return cls(False, None, error, " ".join(str(message).split())[:500], traceback)
+        """A failed call; message and traceback (sandbox text) are made printable: one line, controls escaped."""
+        line = protocol.printable(" ".join(str(message).split())[:500])
+        return cls(False, None, error, line, protocol.printable(str(traceback)[-8000:]))
 
     def to_dict(self) -> dict:
         return {"ok": self.ok, "value": self.value, "error": self.error, "message": self.message,
                 "traceback": self.traceback}  # fmt: skip
 
 
-def _from_reply(reply: Any) -> CallResult:
+def _from_reply(reply: Any, method: str) -> CallResult:
+    """The one door for what a worker sends back: a CallResult whose value host code can use as it likes.
+
+    `method` is the call it answers (load, reset, step, hint, ...). A malformed reply is 'crashed', a value that
+    is not plain data or not of the method's shape is 'bad_return' with a one-line reason naming the method.
+    """
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-        return CallResult.failure("crashed", "worker sent a malformed reply")
-    if reply["ok"]:
-        return CallResult(True, reply.get("value"))
-    error = reply.get("error") if reply.get("error") in ERROR_KINDS else "crashed"
-    tb = reply.get("traceback") if isinstance(reply.get("traceback"), str) else ""
-    return CallResult.failure(error, str(reply.get("message") or error), tb)
+        return CallResult.failure("crashed", f"{method}(): worker sent a malformed reply")
+    if not reply["ok"]:
+        error = reply.get("error") if isinstance(reply.get("error"), str) and reply["error"] in ERROR_KINDS else None
+        tb = reply.get("traceback") if isinstance(reply.get("traceback"), str) else ""
+        return CallResult.failure(error or "crashed", str(reply.get("message") or error or "failed"), tb)
+    try:
+        value = protocol.clean_value(reply.get("value"))
+    except ValueError as e:
+        return CallResult.failure("bad_return", f"{method}(): returned {e}")
+    check = _SHAPES.get(method)
+    problem = check(value) if check else ""
+    if problem:
+        return CallResult.failure("bad_return", f"{method}() {problem}")
+    if method == "step":
+        value[1] = float(value[1])
+    return CallResult(True, value)
+
+
+def _kind(value: Any) -> str:
+    """A short name for what a value is (no repr: a huge int or string stays out of the message)."""
+    if isinstance(value, list):
+        return f"a list of {len(value)}"
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
+        return f"int with {len(str(abs(value)))} digits"
+    if isinstance(value, bool | int | float) or value is None:
+        return f"{type(value).__name__} {value!r}"
+    return type(value).__name__
+
+
+def _check_reset(value: Any) -> str:
+    """'' when `value` is [observation: str, info: dict]."""
+    if not isinstance(value, list) or len(value) != 2:
+        return f"must return (observation, info), got {_kind(value)}"
+    if not isinstance(value[0], str):
+        return f"observation must be a str, got {_kind(value[0])}"
+    if not isinstance(value[1], dict):
+        return f"info must be a dict, got {_kind(value[1])}"
+    return ""
+
+
+def _check_step(value: Any) -> str:
+    """'' when `value` is [observation: str, reward: finite real, terminated: bool, truncated: bool, info: dict]."""
+    if not isinstance(value, list) or len(value) != 5:
+        got = len(value) if isinstance(value, list) else type(value).__name__
+        return f"must return a 5-tuple (obs, reward, terminated, truncated, info), got {got}"
+    obs, reward, terminated, truncated, info = value
+    if not isinstance(obs, str):
+        return f"observation must be a str, got {_kind(obs)}"
+    if isinstance(reward, bool) or not isinstance(reward, int | float):
+        return f"reward must be a float, got {_kind(reward)}"
+    try:
+        finite = math.isfinite(float(reward))
+    except OverflowError:  # an int beyond the float range, e.g. 10**400
+        finite = False
+    if not finite:
+        return f"reward must be a finite float, got {_kind(reward)} (beyond the float range)"
+    for name, flag in (("terminated", terminated), ("truncated", truncated)):
+        if not isinstance(flag, bool):
+            return f"{name} must be a bool, got {_kind(flag)}"
+    if not isinstance(info, dict):
+        return f"info must be a dict, got {_kind(info)}"
+    return ""
+
+
+def _check_hint(value: Any) -> str:
+    """'' when `value` is a str or None (no hint)."""
+    return "" if value is None or isinstance(value, str) else f"must return a str, got {_kind(value)}"
+
+
+def _check_load(value: Any) -> str:
+    """'' when `value` is the episode's description of the loaded env (a forged one is refused)."""
+    ok = (
+        isinstance(value, dict)
+        and isinstance(value.get("env_class"), str)
+        and all(isinstance(value.get(k), list) for k in ("methods", "dropped_kwargs"))
+        and all(isinstance(m, str) for m in value["methods"] + value["dropped_kwargs"])
+    )
+    return "" if ok else "sent a malformed description of the environment (forged reply?)"
+
+
+_SHAPES = {"reset": _check_reset, "step": _check_step, "hint": _check_hint, "load": _check_load}
 
 
 class _Worker:
@@ -79,6 +168,7 @@ class _Worker:
             data = protocol.encode({**msg, "timeout": timeout})
         except (TypeError, ValueError) as e:
             return CallResult.failure("exception", f"{what}: arguments are not JSON-safe ({e})")
+        method = str(msg.get("method") or msg.get("op"))
         deadline = time.monotonic() + timeout + 1.0 + 0.25 * timeout
         try:
             protocol.write_frame(self.proc.stdin_fd, data, deadline)
@@ -91,7 +181,10 @@ class _Worker:
             tail = self.proc.stderr_tail().splitlines()[-1:] if e.kind == "closed" else []
             self.kill(f"{what}: {e}")
             return CallResult.failure("crashed", f"{what}: sandbox died ({e}){': ' + tail[0] if tail else ''}")
-        return _from_reply(reply)
+        except (OSError, ValueError) as e:  # the channel's fds went away under us (the sandbox was killed meanwhile)
+            self.kill(f"{what}: {e}")
+            return CallResult.failure("crashed", f"{what}: worker channel error ({e})")
+        return _from_reply(reply, method)
 
 
 class EnvSession:
@@ -213,7 +306,14 @@ class HostPool:
         self._live.discard(worker)
 
     def _release(self, worker: _Worker) -> None:
-        if worker.alive() and worker.request({"op": "end"}, self.sandbox.call_timeout_s, "close()").ok:
+        """Ends the worker's session (it cleans up before it answers) and makes it idle again, or replaces it when
+        that fails; never raises, so no worker is ever lost to the pool (a lost one would deadlock open())."""
+        try:
+            ended = worker.alive() and worker.request({"op": "end"}, self.sandbox.call_timeout_s, "close()").ok
+        except Exception as e:  # a last line of defence: request() reports failures as results
+            log.warning("closing a session failed: %s", protocol.printable(e))
+            ended = False
+        if ended:
             with self._cv:
                 self._idle.append(worker)
                 self._cv.notify()

@@ -60,7 +60,7 @@ class GenericPolicy:
 
     def __init__(self, rng: random.Random, kind: str, tools: list[dict] | None = None):
         self.rng, self.kind = rng, kind
-        self.tools = [t.get("function", t) for t in (tools or []) if isinstance(t, dict)]
+        self.tools = _usable_tools(tools)
         self.words: list[str] = []
         self.numbers: list[str] = []
 
@@ -102,7 +102,21 @@ class GenericPolicy:
             if not self.tools or self.rng.random() < 0.2:
                 return f"<answer>{self._token()}</answer>"
             fn = self.rng.choice(self.tools)
-            props = fn.get("parameters", {}).get("properties", {}) if isinstance(fn.get("parameters"), dict) else {}
+            props = fn["parameters"]["properties"]
             args = {k: self._argument(p) for k, p in props.items() if isinstance(k, str)}
             return "<tool_call>" + json.dumps({"name": str(fn.get("name", "")), "arguments": args}) + "</tool_call>"
         return "\\boxed{" + self._token() + "}"
+
+
+def _usable_tools(tools: Any) -> list[dict]:
+    """The function schemas in an environment's `info["tools"]` (OpenAI style or bare), each with a dict of
+    parameter properties; entries of any other shape (the environment wrote them) are skipped."""
+    out = []
+    for t in tools if isinstance(tools, list) else []:
+        fn = t.get("function", t) if isinstance(t, dict) else None
+        if not isinstance(fn, dict):
+            continue
+        params = fn.get("parameters") if isinstance(fn.get("parameters"), dict) else {}
+        props = params.get("properties") if isinstance(params.get("properties"), dict) else {}
+        out.append({**fn, "parameters": {**params, "properties": props}})
+    return out

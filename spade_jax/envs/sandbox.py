@@ -25,6 +25,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from spade_jax.envs import protocol
+from spade_jax.envs.worker import remove_tree
 
 log = logging.getLogger(__name__)
 
@@ -204,7 +205,9 @@ class Launcher:
             self._make_rootfs()
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        """Removes the launcher's temp dir; episode files in it (process level) cannot stop that: `remove_tree`."""
+        if not remove_tree(self.dir):
+            log.warning("could not remove everything in %s", self.dir)
 
     # filesystem view ------------------------------------------------------------------------------
     def _ro_mounts(self) -> list[tuple[str, str]]:
@@ -278,7 +281,7 @@ class Launcher:
         def cleanup() -> None:
             for uid in uids or ():
                 _kill_uid(uid, self.python)
-            shutil.rmtree(tmp, ignore_errors=True)
+            remove_tree(tmp)  # what the episodes left there (mode 000, 10^5 levels deep) cannot stop it
 
         return SandboxProcess(popen, "process", cleanup)
 

@@ -11,9 +11,12 @@ Two kinds of process per sandbox:
   * the episode process (`episode.Episode`): drops to an unprivileged uid (two per worker, used in turn, so
     the next one can be forked while the current one runs without being reachable from it), applies the
     rlimits, loads the source in a fresh module, constructs the env and answers calls. The zygote relays each call,
-    enforces the per-call deadline (SIGKILL), caps and validates the reply bytes, and after the session
-    kills every process of that uid and deletes its files in tmp and /dev/shm. Episodes sharing a worker
-    therefore share nothing: replaced builtins, leftover threads, children and tmp files die with the session.
+    enforces the per-call deadline (SIGKILL), caps and validates the reply bytes, and at the session's end
+    kills every process of that uid and deletes its files in tmp and /dev/shm (`remove_tree`: no mode, depth
+    or size of what it left stops it), before it answers the `end` request and within that call's timeout, so
+    the next environment's load() never pays for it; a cleanup that does not finish makes the host replace the
+    whole sandbox. Episodes sharing a worker therefore share nothing: replaced builtins, leftover threads,
+    children and tmp files die with the session.
 
 Requests it relays to the episode process: `load`, `call` (whitelisted env methods) and `leaks` (the hint
 leak check, see episode.py); each under the same per-call deadline, so a hostile env cannot stall it.
@@ -161,28 +164,41 @@ class Zygote:
         self.close_fds(child)
         return _describe(status)
 
-    def cleanup(self) -> None:
-        """After a session: no process of its uid survives, and its files in tmp and /dev/shm are gone."""
-        if not self.dirty:
-            return
-        self.reap()
-        for uid in sorted(self.dirty, key=str):
-            if uid is None:
-                for d in self.scratch:
-                    _empty_dir(d)
-                continue
-            for attempt in range(50):  # with a PID namespace we can check that nothing is left, zombies included
-                if self.cfg.get("pidns") and not self.strays(uid) and not self.scratch_used():
-                    break
-                self.run_reaper(uid)
-                self.reap()
-                if not self.cfg.get("pidns"):
-                    break
-                time.sleep(0.001 * attempt)
-        self.dirty.clear()
+    def cleanup(self, budget_s: float | None = None) -> bool:
+        """After a session: no process of its uid survives, and its files in tmp and /dev/shm are gone.
 
-    def run_reaper(self, uid: int) -> None:
-        """A process that becomes `uid`, kills all of its processes and deletes its files."""
+        Bounded by `budget_s` (default: the call timeout); False when something survived it (the host then
+        replaces the whole sandbox). Nothing the episode left can stop it: see `remove_tree`.
+        """
+        if not self.dirty:
+            return True
+        deadline = time.monotonic() + (budget_s if budget_s is not None else float(self.cfg["call_timeout_s"]))
+        self.reap()
+        clean = True
+        for uid in sorted(self.dirty, key=str):
+            clean = self.clean_uid(uid, deadline) and clean
+        self.dirty.clear()
+        return clean
+
+    def clean_uid(self, uid, deadline: float) -> bool:
+        """Kills `uid`'s processes and deletes its files until none is left (checked with a PID namespace)."""
+        if uid is None:
+            return all([remove_tree(d, deadline, keep_root=True) for d in self.scratch])
+        pidns = self.cfg.get("pidns")
+        for attempt in range(1000):  # with a PID namespace we can check that nothing is left, zombies included
+            if pidns and not self.strays(uid) and not self.scratch_used():
+                return True
+            if time.monotonic() > deadline:
+                return False
+            self.run_reaper(uid, deadline)
+            self.reap()
+            if not pidns:
+                return True
+            time.sleep(min(0.001 * attempt, 0.02))
+        return False
+
+    def run_reaper(self, uid: int, deadline: float) -> None:
+        """A process that becomes `uid`, kills all of its processes and deletes its files (until `deadline`)."""
         pid = os.fork()
         if pid == 0:
             try:
@@ -196,7 +212,7 @@ class Zygote:
                         break
                     time.sleep(0.001)
                 for d in self.scratch:
-                    _empty_dir(d)
+                    remove_tree(d, deadline, keep_root=True)
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
@@ -246,6 +262,7 @@ class Zygote:
         if load:
             if self.child is not None:
                 self.kill_child("replaced")
+            self.cleanup()  # normally done at the last session's end; before the clock of this load starts
             try:
                 self.child = self.take_child()
             except OSError as e:
@@ -258,8 +275,7 @@ class Zygote:
         deadline = time.monotonic() + limit
         try:
             write_all(to_fd, HEADER.pack(len(msg["_raw"])) + msg["_raw"])
-            if load and len(self.uids) > 1 and self.spare is None:
-                self.cleanup()  # the previous session's uid, before a new process gets it
+            if load and len(self.uids) > 1 and self.spare is None:  # the other uid was cleaned above
                 self.spare = self.fork_episode(self.other_uid())  # while the child loads
             body = recv_raw(from_fd, self.cfg["max_return_bytes"] + ENVELOPE_BYTES, deadline)
         except TimeoutError:
@@ -284,6 +300,15 @@ class Zygote:
             return fail("bad_return", f"{what}: {problem}")
         return body
 
+    def end_session(self, budget_s: float) -> dict:
+        """Ends the session and removes what it left BEFORE answering: the time that takes is charged to this
+        session's close(), never to the next environment's load(). Cleanup that does not finish within
+        `budget_s` is a failure, on which the host replaces the whole sandbox (a fresh /tmp)."""
+        self.kill_child("the session ended")
+        if self.cleanup(budget_s):
+            return {"ok": True, "value": None}
+        return fail("crashed", f"close(): what the session left survived {budget_s:g} s of cleanup")
+
     def serve(self) -> None:
         send(self.wfd, {"ok": True, "value": _facts(self.cfg)})
         while True:
@@ -304,8 +329,7 @@ class Zygote:
                 msg["_raw"] = raw
                 reply = self.relay(msg)
             elif op == "end":
-                self.kill_child("the session ended")
-                reply = {"ok": True, "value": None}
+                reply = self.end_session(float(msg.get("timeout") or self.cfg["call_timeout_s"]))
             elif op == "ping":
                 reply = {"ok": True, "value": _facts(self.cfg)}
             else:
@@ -344,21 +368,123 @@ def _describe(status: int | None) -> str:
     return f"exited with status {os.WEXITSTATUS(status)}"
 
 
-def _empty_dir(path: str) -> None:
-    import shutil
+_DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
+
+def remove_tree(path: str, deadline: float | None = None, *, keep_root: bool = False) -> bool:
+    """Deletes the tree at `path` (only what is in it with `keep_root`); True when it is all gone.
+
+    Written so that nothing an episode leaves behind can stop it: it walks with directory fds and a list of
+    names instead of recursing (a tree 100,000 levels deep, or one whose paths exceed PATH_MAX, is no
+    RecursionError), gives each directory it enters back its owner's permissions first (a mode-000 directory
+    is emptied, not skipped), never follows a symlink, and stops at `deadline` (monotonic) with False.
+    Any other failure (an entry it may not delete) is False too, never an exception.
+    """
     try:
-        entries = list(os.scandir(path))
+        os.chmod(path, 0o700, follow_symlinks=False) if not keep_root else None
+    except (OSError, NotImplementedError):
+        pass
+    try:
+        fd = os.open(path, _DIR_FLAGS)
+    except FileNotFoundError:
+        return True
     except OSError:
-        return
-    for entry in entries:
         try:
-            if entry.is_dir(follow_symlinks=False):
-                shutil.rmtree(entry.path, ignore_errors=True)
-            else:
-                os.unlink(entry.path)
+            if not keep_root:
+                os.unlink(path)  # a file or a symlink: nothing to walk
+                return True
         except OSError:
             pass
+        return False
+    try:
+        done, fd = _remove_below(fd, deadline)
+    finally:
+        os.close(fd)
+    if done and not keep_root:
+        try:
+            os.rmdir(path)
+        except OSError:
+            return False
+    return done
+
+
+def _remove_below(fd: int, deadline: float | None) -> tuple[bool, int]:
+    """Empties the directory open as `fd`; (all gone, the fd to close: the same directory when all is gone)."""
+    names: list[str] = []  # the directories entered below the root, in order
+    pending, ok = _scan(fd, deadline)
+    stack = [pending]  # per level: subdirectories still to enter
+    while True:
+        if deadline is not None and time.monotonic() > deadline:
+            return False, fd
+        if stack[-1]:
+            child = _enter(fd, stack[-1].pop())
+            if child is None:
+                return False, fd
+            os.close(fd)
+            fd, name = child
+            names.append(name)
+            pending, level_ok = _scan(fd, deadline)
+            ok = ok and level_ok
+            stack.append(pending)
+            continue
+        stack.pop()
+        if not names:
+            return ok, fd
+        try:
+            parent = os.open("..", _DIR_FLAGS, dir_fd=fd)
+        except OSError:
+            return False, fd
+        os.close(fd)
+        fd = parent
+        try:
+            os.rmdir(names.pop(), dir_fd=fd)
+        except OSError:
+            return False, fd
+
+
+def _enter(fd: int, name: str) -> tuple[int, str] | None:
+    """(fd, name) of subdirectory `name` opened for reading and made rwx for its owner (the episode may have
+    taken read or write away: mode 000, 0o500); None when it cannot be entered (not ours, not a directory)."""
+    try:
+        child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+    except PermissionError:
+        try:
+            os.chmod(name, 0o700, dir_fd=fd, follow_symlinks=False)  # never through a symlink
+            child = os.open(name, _DIR_FLAGS, dir_fd=fd)
+        except (OSError, NotImplementedError):
+            return None
+    except OSError:
+        return None
+    try:
+        os.fchmod(child, 0o700)  # write permission, to delete what is inside
+    except OSError:
+        pass
+    return child, name
+
+
+def _scan(fd: int, deadline: float | None) -> tuple[list[str], bool]:
+    """Deletes the files, symlinks and empty directories in the directory open as `fd`; returns the names of
+    the non-empty subdirectories (to enter) and whether every other entry went (False past `deadline`)."""
+    subdirs, ok = [], True
+    try:
+        with os.scandir(fd) as it:
+            entries = list(it)
+    except OSError:
+        return [], False
+    for i, entry in enumerate(entries):
+        if deadline is not None and i % 256 == 255 and time.monotonic() > deadline:
+            return subdirs, False
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                try:
+                    os.rmdir(entry.name, dir_fd=fd)
+                except OSError:
+                    subdirs.append(entry.name)
+            else:
+                os.unlink(entry.name, dir_fd=fd)
+        except OSError:
+            ok = False
+    return subdirs, ok
 
 
 def _facts(cfg: dict) -> dict:

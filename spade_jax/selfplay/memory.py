@@ -27,6 +27,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
+from spade_jax.envs.protocol import valid_text
 from spade_jax.selfplay.config import MemoryConfig
 
 __all__ = ["EnvRecord", "Memory"]
@@ -139,6 +140,9 @@ class Memory:
         """Inserts (or replaces) a row; a valid one joins the archive and may evict the oldest entry."""
         record.created = record.created or time.time()
         record.status = record.status if record.status != "valid" or record.verdict_valid else "invalid"
+        for f in _FIELDS:  # SQLite refuses lone surrogates, which environment text (a verdict's reason) may carry
+            if isinstance(getattr(record, f), str):
+                setattr(record, f, valid_text(getattr(record, f)))
         values = [getattr(record, f) for f in _FIELDS]
         with self._lock, self._db:
             self._db.execute(

@@ -300,6 +300,16 @@ class RolloutEngine:
         t_start = time.perf_counter()
         result = RolloutResult(episodes=[])
         lives = [_Live(i, s) for i, s in enumerate(specs)]
+        try:
+            self._play_all(lives, result)
+        finally:  # on every path, an exception included: a session left open would hold its worker forever
+            self._release([lv for lv in lives if lv.session is not None])
+        result.episodes = [lv.ep for lv in lives]
+        result.wall_s = time.perf_counter() - t_start
+        return result
+
+    def _play_all(self, lives: list[_Live], result: RolloutResult) -> None:
+        """The turn loop of `run`: starts waiting episodes as workers free up, steps the live ones together."""
         waiting = list(reversed(lives))
         live: list[_Live] = []
         while True:
@@ -360,9 +370,6 @@ class RolloutEngine:
             result.pool_s += time.perf_counter() - t
             finished = {id(lv) for lv in done}
             live = [lv for lv in live if id(lv) not in finished]
-        result.episodes = [lv.ep for lv in lives]
-        result.wall_s = time.perf_counter() - t_start
-        return result
 
     def _action(self, lv: _Live, text: str) -> str:
         """What step() receives for a reply (see RolloutConfig.action_parsing; tool episodes always get the text)."""
@@ -409,7 +416,8 @@ class RolloutEngine:
         task, tools, instructions = info.get("task"), info.get("tools"), info.get("instructions")
         if not isinstance(task, str) or not task.strip() or not isinstance(tools, list) or not tools:
             return None
-        if not all(isinstance(t, dict) and isinstance((t.get("function") or t).get("name"), str) for t in tools):
+        functions = [t.get("function") or t if isinstance(t, dict) else None for t in tools]
+        if not all(isinstance(f, dict) and isinstance(f.get("name"), str) for f in functions):
             return None
         if isinstance(instructions, str) and instructions.strip():
             task = f"{task}\n\n{instructions}"
@@ -506,7 +514,7 @@ class RolloutEngine:
         try:
             obs, reward, terminated, truncated, info = res.value
             reward = float(reward)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, OverflowError):  # the pool checks the shape; a stand-in pool may not
             result.failures["bad_return"] += 1
             self._discard(lv, "bad_return", "step() did not return a 5-tuple")
             return False

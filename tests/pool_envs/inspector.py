@@ -25,7 +25,10 @@ class Inspector:
                 except (OSError, KeyError, ValueError):
                     pass
         tmp = os.environ.get("TMPDIR", "/tmp")
+        st = os.statvfs(tmp)
         facts = {
+            "tmp_free_mb": st.f_bavail * st.f_frsize / 2**20,
+            "tmp_size_mb": st.f_blocks * st.f_frsize / 2**20,
             "tmp": sorted(os.listdir(tmp)),
             "procs": procs,
             "me": os.getpid(),

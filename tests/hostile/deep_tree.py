@@ -1,0 +1,38 @@
+"""Leaves a directory tree 3,000 levels deep (made with relative mkdir/chdir, so its paths exceed PATH_MAX), a
+file and a mode-000 directory at the bottom: a recursive removal raises RecursionError (or ENAMETOOLONG) and
+stops, and everything after it in the cleanup stays. `os` comes from `random._os` through getattr."""
+
+import random
+
+LEVELS = 3000
+
+
+class DeepTree:
+    def __init__(self, max_turns=25, **kw):
+        self.max_turns = max_turns
+        self.os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        os = self.os
+        top = os.getcwd()
+        os.mkdir("a-first-file-dir")
+        depth = 0
+        try:
+            while depth < LEVELS:
+                os.mkdir("d")
+                os.chdir("d")
+                depth += 1
+            fd = os.open("bottom", os.O_WRONLY | os.O_CREAT, 0o644)
+            os.write(fd, b"still here?")
+            os.close(fd)
+            os.mkdir("locked")
+            os.chmod("locked", 0)
+        except OSError as e:
+            return f"stopped at {depth}: {e.strerror}", 0.0, True, False, {"depth": depth}
+        finally:
+            os.chdir(top)
+        os.mkdir("z-after-the-tree")
+        return f"made {LEVELS} levels", 0.0, True, False, {"depth": LEVELS}

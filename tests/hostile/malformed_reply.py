@@ -1,0 +1,27 @@
+"""Forges the worker's reply to load() from inside __init__ (the channel is an inherited pipe): a description
+whose `methods` holds lists and dicts (unhashable), whose `env_class` is a list and whose kwargs are a str.
+`os` comes from `random._os` through getattr, which the static gate lets through."""
+
+import json
+import random
+
+FORGED = {"ok": True, "value": {"env_class": ["Forged"], "methods": [["hint"], {"x": 1}], "dropped_kwargs": "all"}}
+
+
+class MalformedReply:
+    def __init__(self, max_turns=25, **kw):
+        self.max_turns = max_turns
+        os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+        body = json.dumps(FORGED).encode()
+        frame = len(body).to_bytes(4, "big") + body
+        for fd in range(3, 32):
+            try:
+                os.write(fd, frame)
+            except OSError:
+                pass
+
+    def reset(self, seed=None):
+        return "Reply \\boxed{x}.", {}
+
+    def step(self, action):
+        return "ok", 0.0, True, False, {}

@@ -1,0 +1,42 @@
+"""Fills the private tmp to its cap (files under a directory it then makes mode 000), and leaves a FIFO, a
+symlink loop, a symlink to / and a directory whose name is not UTF-8: the next episode would find a full
+tmp, and a cleanup that follows the symlink would delete the sandbox's own files."""
+
+import random
+
+CHUNK = b"x" * (1 << 20)
+
+
+class TmpFillThenLeave:
+    def __init__(self, max_turns=25, **kw):
+        self.max_turns = max_turns
+        self.os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        os = self.os
+        os.makedirs("hoard/sub", exist_ok=True)
+        written, full = 0, False
+        for i in range(12):  # 96 MB at most: past the 32-64 MB cap of the private tmp
+            fd = os.open(f"hoard/sub/blob-{i}", os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                for _ in range(8):
+                    os.write(fd, CHUNK)
+                    written += 1
+            except OSError:  # ENOSPC: tmp is full (or EFBIG, the file-size limit)
+                full = True
+            finally:
+                os.close(fd)
+            if full:
+                break
+        os.chmod("hoard/sub", 0)
+        os.chmod("hoard", 0)
+        for make in (lambda: os.mkfifo("fifo"), lambda: os.symlink("loop", "loop"), lambda: os.symlink("/", "root"),
+                     lambda: os.mkdir(b"bad-\xff-name")):  # fmt: skip
+            try:
+                make()
+            except OSError:
+                pass
+        return f"wrote {written} MB", 0.0, True, False, {"mb": written}

@@ -1,0 +1,40 @@
+"""Leaves directories the cleanup cannot list: a mode-000 vault with data in it, a write+search-only (0o333)
+drop box whose known file the next episode (another uid) could read, a read-only (0o500) directory whose
+file cannot be unlinked, and a 000 directory nested under another 000 one. `os` comes from `random._os`
+through getattr, which the static gate lets through."""
+
+import random
+
+
+class UnreadableDir:
+    def __init__(self, max_turns=25, **kw):
+        self.max_turns = max_turns
+        self.os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+
+    def _write(self, path, data, mode=0o644):
+        fd = self.os.open(path, self.os.O_WRONLY | self.os.O_CREAT, mode)
+        self.os.write(fd, data)
+        self.os.close(fd)
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        os = self.os
+        made = []
+        for root in [".", "/dev/shm"]:
+            try:
+                os.makedirs(f"{root}/vault/inner", exist_ok=True)
+                self._write(f"{root}/vault/inner/secret", b"left for the next episode")
+                os.chmod(f"{root}/vault/inner", 0)
+                os.chmod(f"{root}/vault", 0)
+                os.makedirs(f"{root}/dropbox", exist_ok=True)
+                self._write(f"{root}/dropbox/message", b"hello, next episode", 0o666)
+                os.chmod(f"{root}/dropbox", 0o333)
+                os.makedirs(f"{root}/readonly", exist_ok=True)
+                self._write(f"{root}/readonly/pinned", b"cannot unlink me without write permission")
+                os.chmod(f"{root}/readonly", 0o500)
+                made.append(root)
+            except OSError as e:
+                made.append(f"{root}: {e.strerror}")
+        return f"left {made}", 0.0, True, False, {"made": made}
