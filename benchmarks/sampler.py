@@ -7,6 +7,7 @@ copy bandwidth and reports batch-1 throughput as a fraction of the memory-bandwi
 
     .venv/bin/python benchmarks/sampler.py              # float32, plus ours with bfloat16 weights
     .venv/bin/python benchmarks/sampler.py --configs float32 --batches 1,8 --new-tokens 64
+    .venv/bin/python benchmarks/sampler.py --configs float32 --batches 1,2 --context 1200   # long prompts
 
 Configs for ours: "float32" (weights and compute), "bf16-weights" (bfloat16 weights, float32 activations: each
 matmul runs in bfloat16 with float32 accumulation). transformers always runs float32.
@@ -53,12 +54,19 @@ def copy_bandwidth(n_bytes: int = 256 * 2**20, repeats: int = 10) -> float:
     return 2 * a.nbytes / best
 
 
-def prompt_ids(batch: int) -> list[list[int]]:
-    """Chat-rendered prompts (mixed lengths), cycled to the batch size; token ids from our tokenizer."""
+def prompt_ids(batch: int, context: int = 0) -> list[list[int]]:
+    """Chat-rendered prompts (mixed lengths), cycled to the batch size; token ids from our tokenizer. With
+    `context`, each question follows a document (a few Python modules of this project) cut to `context` tokens,
+    as a designer's or a long game's prompt would."""
     from spade_jax.model.loading import load_tokenizer
 
     tok = load_tokenizer("smollm2-135m")
-    rows = [tok.encode_chat([{"role": "user", "content": p}]) for p in PROMPTS]
+    doc = ""
+    if context:
+        src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "spade_jax", "sampling")
+        text = "".join(open(os.path.join(src, f)).read() for f in sorted(os.listdir(src)) if f.endswith(".py"))
+        doc = tok.decode(tok.encode(text)[:context]) + "\n\n"
+    rows = [tok.encode_chat([{"role": "user", "content": doc + p}]) for p in PROMPTS]
     return [rows[i % len(rows)] for i in range(batch)]
 
 
@@ -73,11 +81,11 @@ def worker_jax(args) -> dict:
     param_dtype, dtype = CONFIGS[args.config]
     cfg, model, tok = load_model("smollm2-135m", param_dtype=param_dtype, dtype=dtype)
     load_rss = _rss_mb()
-    sampler = Sampler(model, tok, max_total_len=1024)
+    sampler = Sampler(model, tok, max_total_len=1024 + args.context)
     params = SamplingParams(max_new_tokens=args.new_tokens, greedy=True, ignore_eos=True)
     out = {"framework": f"ours-{args.config}", "weight_bytes": cfg.num_params * (2 if param_dtype == "bfloat16" else 4)}
     for b in args.batches:
-        prompts = prompt_ids(b)
+        prompts = prompt_ids(b, args.context)
         t = time.perf_counter()
         sampler.generate(prompts, params)  # compiles every program this shape needs
         warm = time.perf_counter() - t
@@ -106,7 +114,7 @@ def worker_hf(args) -> dict:
     load_rss = _rss_mb()
     out = {"framework": "transformers", "weight_bytes": sum(p.numel() * 4 for p in model.parameters())}
     for b in args.batches:
-        rows = prompt_ids(b)
+        rows = prompt_ids(b, args.context)
         width = max(len(r) for r in rows)
         ids = torch.tensor([[2] * (width - len(r)) + r for r in rows])
         mask = torch.tensor([[0] * (width - len(r)) + [1] * len(r) for r in rows])
@@ -134,6 +142,7 @@ def worker_hf(args) -> dict:
 def spawn(kind: str, args, config: str = "float32") -> dict:
     cmd = [sys.executable, __file__, "--worker", kind, "--config", config, "--new-tokens", str(args.new_tokens)]
     cmd += ["--batches", ",".join(map(str, args.batches)), "--repeats", str(args.repeats)]
+    cmd += ["--context", str(args.context)]
     res = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
     if res.returncode:
         raise SystemExit(f"{kind} worker failed (exit {res.returncode})")
@@ -145,6 +154,7 @@ def main() -> int:
     ap.add_argument("--batches", default="1,8,32", type=lambda s: [int(x) for x in s.split(",")])
     ap.add_argument("--new-tokens", type=int, default=128)
     ap.add_argument("--repeats", type=int, default=2)
+    ap.add_argument("--context", type=int, default=0, help="a document of this many tokens before each question")
     ap.add_argument("--configs", default="float32,bf16-weights", help=f"our configs to run, of {sorted(CONFIGS)}")
     ap.add_argument("--skip-hf", action="store_true")
     ap.add_argument("--worker", choices=["jax", "hf"], help=argparse.SUPPRESS)
@@ -170,7 +180,8 @@ def main() -> int:
 
     tps = lambda r, b: b * args.new_tokens / min(r[str(b)]["times"])
     hf = next((r for r in results if r["framework"] == "transformers"), None)
-    print(f"\nnew tokens/s (best of {args.repeats}; greedy, {args.new_tokens} new tokens, mixed-length chat prompts)")
+    prompts = f"chat prompts after a {args.context}-token document" if args.context else "mixed-length chat prompts"
+    print(f"\nnew tokens/s (best of {args.repeats}; greedy, {args.new_tokens} new tokens, {prompts}; prefill included)")
     head = f"{'batch':>5} " + " ".join(f"{r['framework']:>16}" for r in results)
     print(head + ("   ratios vs transformers" if hf else ""))
     for b in args.batches:
