@@ -40,6 +40,7 @@ bench: install
 	$(PY) benchmarks/host_pool.py
 	$(PY) benchmarks/rollouts.py
 	$(PY) benchmarks/train_step.py
+	$(PY) benchmarks/malloc_faults.py
 
 # The paired learning experiment (trained vs learning rate 0): learning.json, learning.png, report.html.
 learning: install
