@@ -7,6 +7,10 @@ during an (async) save leaves the previous one as the latest.
 
 from __future__ import annotations
 
+import logging
+import shutil
+import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +27,72 @@ def _abstract(tree: Any) -> Any:
         return x
 
     return jax.tree.map(leaf, tree)
+
+
+class RunDirError(ValueError):
+    """A run directory that cannot be resumed as it is; the message is the one line the command line prints."""
+
+
+def one_line(e: BaseException) -> str:
+    """An exception as one short line, for logs that must stay one line per event even when a library raises
+    pages of text: the type and first message line of the root cause (Orbax wraps the TensorStore error that
+    names the damaged file in a generic one)."""
+    for _ in range(8):
+        inner = e.__cause__ or e.__context__
+        if inner is None:
+            break
+        e = inner
+    text = e.args[0] if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str) else str(e)
+    lines = text.strip().splitlines()
+    return f"{type(e).__name__}: {lines[0][:240]}" if lines else type(e).__name__
+
+
+def set_aside(path: Path, run_dir: Path, name: str) -> Path:
+    """Moves a damaged file or directory to `run_dir/damaged/<name>-<time>` (kept for inspection, never read
+    again) and returns where it went; an OSError from the move propagates (nothing was changed then)."""
+    into = run_dir / "damaged"
+    into.mkdir(parents=True, exist_ok=True)
+    dest = into / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while dest.exists():
+        dest, n = into / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
+    shutil.move(str(path), str(dest))
+    return dest
+
+
+def _is_stray_read_error(u: Any) -> bool:
+    """Whether an unraisable error is one a failed restore leaves behind: the other reads of the damaged
+    checkpoint finish after Orbax closed its event loop ("Event loop is closed"), or fail inside Orbax's own
+    read coroutines, each printed as a page of traceback although the restore's own error already says it."""
+    if u.exc_type is RuntimeError and str(u.exc_value) == "Event loop is closed":
+        return True
+    code = getattr(u.object, "cr_code", None)
+    return code is not None and "/orbax/" in code.co_filename
+
+
+class _StrayReadTasks(logging.Filter):
+    """Drops asyncio's "Task exception was never retrieved" pages for Orbax's read tasks (the same leftovers
+    of a failed restore, logged when the task is collected)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        msg = str(record.msg)
+        return not (msg.startswith("Task exception was never retrieved") and "/orbax/" in msg)
+
+
+def _drop_stray_read_errors() -> None:
+    """Installs (once per process) a sys.unraisablehook that drops `_is_stray_read_error` errors, passing every
+    other one on to the hook before it, and the `_StrayReadTasks` filter on the asyncio logger."""
+    previous = sys.unraisablehook
+    if getattr(previous, "drops_stray_read_errors", False):
+        return
+
+    def hook(u: Any) -> None:
+        if not _is_stray_read_error(u):
+            previous(u)
+
+    hook.drops_stray_read_errors = True
+    sys.unraisablehook = hook
+    logging.getLogger("asyncio").addFilter(_StrayReadTasks())
 
 
 class Checkpointer:
@@ -52,6 +122,7 @@ class Checkpointer:
         step = self.latest_step() if step is None else step
         if step is None:
             raise FileNotFoundError(f"no finished checkpoint in {self.directory}")
+        _drop_stray_read_errors()  # a damaged step's failed reads would print pages after the one error
         args = {name: ocp.args.StandardRestore(_abstract(t)) for name, t in templates.items()}
         args["meta"] = ocp.args.JsonRestore()
         out = self._manager.restore(step, args=ocp.args.Composite(**args))
@@ -64,6 +135,14 @@ class Checkpointer:
             raise FileNotFoundError(f"no finished checkpoint in {self.directory}")
         out = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
         return dict(out["meta"])
+
+    def set_aside(self, step: int, run_dir: Path) -> Path:
+        """Moves a damaged step out of the checkpoint folder (see `set_aside`) so that resume never tries it
+        again and the step can be saved anew when it is redone; returns where it went."""
+        self.wait()
+        dest = set_aside(self.directory / str(step), run_dir, f"checkpoint-{step}")
+        self._manager.reload()
+        return dest
 
     def wait(self) -> None:
         self._manager.wait_until_finished()

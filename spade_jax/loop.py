@@ -4,7 +4,9 @@
 pool for baselines) returns both roles' samples; group-centred advantages turn rewards into a `TrainBatch`;
 one learner step updates the shared policy in place and the sampler reads the same arrays next step. The run
 checkpoints everything (params, optimizer, RNGs, corpus position, memory snapshot) so `resume=True`
-continues exactly where the last finished checkpoint left off.
+continues exactly where the last finished checkpoint left off. A damaged run directory resumes or stops with
+one line: the newest checkpoint that restores is used, a damaged memory file is rebuilt from the copy in the
+checkpoint, a torn metrics row is put back (`_restore`, `_repair_memory`, `metrics.repair_metrics`).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from spade_jax.checkpoint import Checkpointer
+from spade_jax.checkpoint import Checkpointer, RunDirError, one_line, set_aside
 from spade_jax.metrics import MetricsLogger
 from spade_jax.report import write_report
 from spade_jax.rl.advantages import group_advantages, group_stats
@@ -27,7 +29,7 @@ from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, Sample, pack_sequenc
 from spade_jax.run_config import LoopConfig, RunConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
-from spade_jax.selfplay.memory import EnvRecord, Memory
+from spade_jax.selfplay.memory import EnvRecord, Memory, damage, rebuild
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
 from spade_jax.warmstart import warm_start
 
@@ -54,10 +56,8 @@ def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
     """Loads the model, starts the sandbox pool, and wires sampler, self-play and learner together."""
     from spade_jax.envs.host_pool import HostPool
     from spade_jax.envs.sandbox import SandboxConfig
-    from spade_jax.envs.seeds import list_seeds
     from spade_jax.model.loading import load_model
     from spade_jax.model.sharding import make_mesh
-    from spade_jax.rl.learner import Learner
     from spade_jax.sampling import Sampler
 
     mesh = make_mesh(_mesh_shape(cfg.mesh)) if cfg.mesh else None
@@ -65,6 +65,18 @@ def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
     sampler = Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len)
     pool = HostPool(cfg.num_workers, SandboxConfig(level=cfg.sandbox, call_timeout_s=cfg.call_timeout_s))
     log.info("sandbox level in force: %s (%d workers)", pool.level, cfg.num_workers)
+    try:
+        return _wire(cfg, run_dir, model, tokenizer, sampler, pool, mesh)
+    except BaseException:  # a bad config, Ctrl-C, SIGTERM: the sandboxes and their temp dirs go either way
+        pool.close()
+        raise
+
+
+def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: Any, pool: Any, mesh: Any) -> Parts:
+    """The learner, memory and self-play around a started pool (`build`, which closes the pool on failure)."""
+    from spade_jax.envs.seeds import list_seeds
+    from spade_jax.rl.learner import Learner
+
     learner = Learner(model, cfg.learner, mesh=mesh)
 
     seeds = {s.name: s for s in list_seeds()}
@@ -170,7 +182,9 @@ def evaluate(parts: Parts, step: int) -> dict[str, float]:
     return out
 
 
-def _checkpoint(parts: Parts, ckpt: Checkpointer, step: int) -> None:
+def _checkpoint(parts: Parts, ckpt: Checkpointer, step: int, metrics: MetricsLogger) -> None:
+    """Saves the run at `step`. Besides the state, the record keeps a copy of the memory's rows (to rebuild a
+    damaged memory.sqlite) and the metrics rows made since the previous checkpoint (to put back a torn one)."""
     state = parts.learner.get_state()
     trees = {k: v for k, v in state.items() if k != "step"}  # params, opt_state (+ ref_params with KL)
     meta = {
@@ -178,17 +192,93 @@ def _checkpoint(parts: Parts, ckpt: Checkpointer, step: int) -> None:
         "learner_step": int(state["step"]),
         "selfplay": parts.selfplay.get_state(),
         "config": parts.cfg.to_json(),
+        "memory_copy": parts.selfplay.memory.dump(),
+        "metrics": metrics.take_unsaved(),
     }
     ckpt.save(step, trees, meta)
 
 
-def _restore(parts: Parts, ckpt: Checkpointer) -> int:
+def _check_record(meta: dict[str, Any], step: int) -> None:
+    """ValueError unless a checkpoint's JSON record has what a resume reads (a hand-edited or foreign one)."""
+    if meta.get("step") != step or not isinstance(meta.get("learner_step"), int):
+        raise ValueError(f"its record names step {meta.get('step')!r}, learner step {meta.get('learner_step')!r}")
+    if not isinstance(meta.get("selfplay"), dict):
+        raise ValueError("its record has no self-play state")
+
+
+def _restore(parts: Parts, ckpt: Checkpointer) -> tuple[int, dict[str, Any]]:
+    """Restores the newest checkpoint that restores whole (arrays and record), trying older kept ones when a
+    newer one is damaged; damaged newer ones go to run_dir/damaged/ so their steps are redone and saved anew.
+    Logs which step and why in one line; returns (step, record). RunDirError (one line) when none restores,
+    and then nothing was changed."""
     state = parts.learner.get_state()
-    trees, meta = ckpt.restore(None, {k: v for k, v in state.items() if k != "step"})
-    parts.learner.set_state({**trees, "step": meta["learner_step"]})
-    parts.sampler.update_model(parts.learner.model)
-    parts.selfplay.set_state(meta["selfplay"])
-    return int(meta["step"])
+    templates = {k: v for k, v in state.items() if k != "step"}
+    failed: list[tuple[int, str]] = []
+    for step in sorted(ckpt.all_steps(), reverse=True):
+        try:
+            trees, meta = ckpt.restore(step, templates)
+            _check_record(meta, step)
+        except Exception as e:  # any damage: a truncated array file, a missing item, a record without a key
+            failed.append((step, one_line(e)))
+            continue
+        parts.learner.set_state({**trees, "step": meta["learner_step"]})
+        parts.sampler.update_model(parts.learner.model)
+        parts.selfplay.set_state(meta["selfplay"])
+        moved = [str(ckpt.set_aside(bad, parts.run_dir)) for bad, _ in failed]
+        if failed:
+            why = "; ".join(f"checkpoint {bad} does not restore ({reason})" for bad, reason in failed)
+            log.warning("resuming from checkpoint %d: %s; moved to %s; the steps after %d are redone",
+                        step, why, ", ".join(moved), step)  # fmt: skip
+        else:
+            log.info("resuming from checkpoint %d (the newest)", step)
+        return step, meta
+    reasons = "; ".join(f"checkpoint {bad}: {reason}" for bad, reason in failed)
+    raise RunDirError(f"cannot resume {parts.run_dir}: no checkpoint restores ({reasons})")
+
+
+def _repair_memory(run_dir: Path, ckpt: Checkpointer, resume: bool) -> None:
+    """Before the memory is opened: a damaged memory.sqlite (not a database, failing its integrity check,
+    missing while checkpoints exist) is moved to run_dir/damaged/ and, on resume, rebuilt from the copy in the
+    newest checkpoint whose record reads (the resume then rolls it back to the step it restores, as it would
+    the live file). One line says so. RunDirError (one line, nothing changed) when no record holds a copy."""
+    path = run_dir / "memory.sqlite"
+    steps = sorted(ckpt.all_steps(), reverse=True) if resume else []
+    if not path.exists() and not steps:
+        return
+    why = damage(path)
+    if why is None:
+        return
+    copy, source, failed = None, None, []
+    for step in steps:
+        try:
+            meta = ckpt.restore_meta(step)
+        except Exception as e:  # a damaged record: try the one before
+            failed.append(f"checkpoint {step}: {one_line(e)}")
+            continue
+        copy, source = meta.get("memory_copy"), step
+        break
+    if steps and copy is None:
+        held = f"checkpoint {source} holds no copy of it (written by an older version)" if source is not None else (
+            f"no checkpoint record reads ({'; '.join(failed)})")  # fmt: skip
+        raise RunDirError(f"cannot resume {run_dir}: {path.name} is damaged ({why}) and {held}; nothing was changed")
+    moved = _set_memory_aside(path, run_dir)
+    if copy is None:
+        log.warning("%s is damaged (%s): moved to %s; this run starts with an empty memory", path, why, moved)
+        return
+    rebuild(path, copy)
+    log.warning("%s is damaged (%s)%s: rebuilt from the copy in checkpoint %d (%d rows)", path, why,
+                f", moved to {moved}" if moved else "", source, len(copy))  # fmt: skip
+
+
+def _set_memory_aside(path: Path, run_dir: Path) -> str:
+    """Moves a damaged memory file and its journal files to run_dir/damaged/ (a stale journal must not be
+    replayed into the rebuilt file); returns where the file went ('' when there was none)."""
+    moved = ""
+    for suffix in ("", "-journal", "-wal", "-shm"):
+        p = path.with_name(path.name + suffix)
+        if p.exists():
+            moved = moved or str(set_aside(p, run_dir, p.name))
+    return moved
 
 
 def train_on(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
@@ -215,7 +305,10 @@ def train_on(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
 
 
 def run(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, console: Any = None) -> dict[str, Any]:
-    """Runs (or resumes) the job; returns a summary with the paths of the report, logs and checkpoints."""
+    """Runs (or resumes) the job; returns a summary with the paths of the report, logs and checkpoints.
+
+    On every way out (an error, Ctrl-C, SIGTERM turned into an exception by the command line) the checkpoint
+    being written is finished and the sandboxes are closed, their temp dirs removed."""
     from spade_jax.progress import StepProgress
 
     run_dir = Path(run_dir).absolute()
@@ -226,55 +319,22 @@ def run(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, console: A
     saved.write_text(cfg.to_json())
     ckpt = Checkpointer(run_dir / "checkpoints", max_to_keep=cfg.loop.keep_checkpoints,
                         async_save=cfg.loop.async_checkpoints)  # fmt: skip
-    if not resume and ckpt.latest_step() is not None:
-        raise ValueError(f"{run_dir} already holds checkpoints; pass --resume or choose another --run-dir")
     progress = StepProgress(cfg.loop.steps, console=console)
-    with progress.phase("loading model and starting sandbox workers"):
-        parts = build(cfg, run_dir)
-    start = 0
-    if resume and ckpt.latest_step() is not None:
-        with progress.phase("restoring checkpoint"):
-            start = _restore(parts, ckpt)
-    metrics = MetricsLogger(run_dir, resume_step=start)
-    summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
     try:
-        if cfg.loop.warmstart and ckpt.latest_step() is None:
-            with progress.phase("warm start on the seed library"):
-                figures = warm_start(parts, cfg.warmstart, progress=progress)
-            metrics.log(0, figures)
-            summary.update(figures)
-            _checkpoint(parts, ckpt, 0)
-        progress.start(start)
-        for step in range(start, cfg.loop.steps):
-            row: dict[str, float] = {}
-            t0 = time.perf_counter()
-            with progress.phase(f"step {step + 1}: design, hints and play"):
-                batch = play_step(parts, step)
-            row.update(batch.stats)
-            row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
-            row["time/selfplay"] = time.perf_counter() - t0
-            t1 = time.perf_counter()
-            with progress.phase(f"step {step + 1}: learner"):
-                row.update(train_on(parts, batch))
-            row["time/learner"] = time.perf_counter() - t1
-            if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
-                t2 = time.perf_counter()
-                with progress.phase(f"step {step + 1}: held-out evaluation"):
-                    row.update(evaluate(parts, step))
-                row["time/eval"] = time.perf_counter() - t2
-            row["time/step"] = time.perf_counter() - t0
-            metrics.log(step + 1, row)
-            if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
-                _checkpoint(parts, ckpt, step + 1)
-            progress.advance(row)
-        ckpt.wait()
+        if not resume and ckpt.latest_step() is not None:
+            raise ValueError(f"{run_dir} already holds checkpoints; pass --resume or choose another --run-dir")
+        _repair_memory(run_dir, ckpt, resume)
+        with progress.phase("loading model and starting sandbox workers"):
+            parts = build(cfg, run_dir)
+        try:
+            summary = _train(parts, ckpt, progress, resume)
+            envs = [dataclasses.asdict(r) for r in parts.selfplay.memory.attempts()]
+        finally:
+            progress.stop()
+            _close(parts)
     finally:
         progress.stop()
-        metrics.close()
         ckpt.close()
-        envs = [dataclasses.asdict(r) for r in parts.selfplay.memory.attempts()]
-        parts.selfplay.close()
-        parts.pool.close()
     summary.update(
         report=str(write_report(run_dir, envs=_report_envs(envs), summary=summary, title=f"spade-jax: {run_dir.name}")),
         tensorboard=str(run_dir / "tb"),
@@ -282,6 +342,67 @@ def run(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, console: A
         metrics=str(run_dir / "metrics.jsonl"),
     )
     return summary
+
+
+def _close(parts: Parts) -> None:
+    """Closes the pool first (its sandboxes killed, temp dirs removed: an episode interrupted mid-call then
+    fails at once instead of holding up the engine), then the rollout engine's threads."""
+    try:
+        parts.pool.close()
+    finally:
+        parts.selfplay.close()
+
+
+def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool) -> dict[str, Any]:
+    """The steps of `run` from the restored checkpoint (or the start) to cfg.loop.steps; returns the summary."""
+    cfg = parts.cfg
+    start, record = 0, {}
+    if resume and ckpt.all_steps():
+        with progress.phase("restoring checkpoint"):
+            start, record = _restore(parts, ckpt)
+    metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()))
+    summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
+    try:
+        if cfg.loop.warmstart and ckpt.latest_step() is None:
+            with progress.phase("warm start on the seed library"):
+                figures = warm_start(parts, cfg.warmstart, progress=progress)
+            metrics.log(0, figures)
+            summary.update(figures)
+            _checkpoint(parts, ckpt, 0, metrics)
+        progress.start(start)
+        for step in range(start, cfg.loop.steps):
+            row = _step(parts, step, progress)
+            metrics.log(step + 1, row)
+            if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
+                _checkpoint(parts, ckpt, step + 1, metrics)
+            progress.advance(row)
+        ckpt.wait()
+    finally:
+        metrics.close()
+    return summary
+
+
+def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
+    """One step of the cycle (play, learn, maybe evaluate); returns its metrics row."""
+    cfg = parts.cfg
+    row: dict[str, float] = {}
+    t0 = time.perf_counter()
+    with progress.phase(f"step {step + 1}: design, hints and play"):
+        batch = play_step(parts, step)
+    row.update(batch.stats)
+    row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
+    row["time/selfplay"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    with progress.phase(f"step {step + 1}: learner"):
+        row.update(train_on(parts, batch))
+    row["time/learner"] = time.perf_counter() - t1
+    if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
+        t2 = time.perf_counter()
+        with progress.phase(f"step {step + 1}: held-out evaluation"):
+            row.update(evaluate(parts, step))
+        row["time/eval"] = time.perf_counter() - t2
+    row["time/step"] = time.perf_counter() - t0
+    return row
 
 
 def _report_envs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -1,23 +1,47 @@
-"""Run metrics: one JSON line per step in `metrics.jsonl`, mirrored to TensorBoard scalars."""
+"""Run metrics: one JSON line per step in `metrics.jsonl`, mirrored to TensorBoard scalars.
+
+Rows are appended as they are made; each checkpoint also keeps the rows made since the previous one
+(`take_unsaved`), so a resume can put back a row that a crash cut mid-line (`repair_metrics`).
+"""
 
 from __future__ import annotations
 
 import json
+import logging
 import math
+import re
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
+log = logging.getLogger(__name__)
+
+_STEP_PREFIX = re.compile(r'^\{"step": (-?\d+)')  # how every row starts (json.dumps keeps "step" first)
+
 
 class MetricsLogger:
-    """Appends step metrics to `run_dir/metrics.jsonl` and `run_dir/tb/`; safe to reopen after a resume."""
+    """Appends step metrics to `run_dir/metrics.jsonl` and `run_dir/tb/`; safe to reopen after a resume.
 
-    def __init__(self, run_dir: str | Path, *, resume_step: int | None = None, tensorboard: bool = True):
+    On opening, the file is repaired (`repair_metrics`): with `resume_step`, rows after it are dropped (they
+    are redone) and rows of steps up to it that are missing are put back from `known_rows` (the rows the
+    restored checkpoint keeps); a torn line is always cut off, so the next row never joins it.
+    """
+
+    def __init__(
+        self,
+        run_dir: str | Path,
+        *,
+        resume_step: int | None = None,
+        known_rows: Iterable[dict[str, Any]] = (),
+        tensorboard: bool = True,
+    ):
         self.path = Path(run_dir) / "metrics.jsonl"
         self.path.parent.mkdir(parents=True, exist_ok=True)
-        if resume_step is not None and self.path.exists():
-            # Drop lines written after the checkpoint we resume from: they will be recomputed.
-            kept = [r for r in read_metrics(self.path) if r.get("step", 0) <= resume_step]
-            self.path.write_text("".join(json.dumps(r) + "\n" for r in kept))
+        if self.path.exists():
+            note = repair_metrics(self.path, resume_step, list(known_rows))
+            if note:
+                log.warning("%s", note)
+        self._unsaved: list[dict[str, Any]] = []
         self._writer = None
         if tensorboard:
             from tensorboardX import SummaryWriter
@@ -33,11 +57,17 @@ class MetricsLogger:
                 row[key] = float(value.item())
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
+        self._unsaved.append(row)
         if self._writer is not None:
             for key, value in row.items():
                 if key != "step" and value is not None:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
+
+    def take_unsaved(self) -> list[dict[str, Any]]:
+        """The rows logged since the last call: what the checkpoint being written keeps a copy of."""
+        rows, self._unsaved = self._unsaved, []
+        return rows
 
     def close(self) -> None:
         if self._writer is not None:
@@ -46,13 +76,62 @@ class MetricsLogger:
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """All complete rows of a metrics file (a torn last line from a crash is skipped)."""
-    rows = []
-    path = Path(path)
-    if not path.exists():
-        return rows
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
+    return _split(Path(path))[0] if Path(path).exists() else []
+
+
+def repair_metrics(path: Path, resume_step: int | None, known_rows: list[dict[str, Any]]) -> str | None:
+    """Rewrites `path` with whole rows only: torn lines (a write cut short by a crash) are cut, rows after
+    `resume_step` dropped (they are redone), and rows of steps up to `resume_step` that the file lacks are put
+    back from `known_rows`. Returns one line saying what was repaired when a line was torn (None otherwise).
+    The new file is written beside the old one and renamed over it: a crash here leaves the old file."""
+    rows, torn = _split(path)
+    kept = [r for r in rows if resume_step is None or _step(r) <= resume_step]
+    have = {_step(r) for r in kept}
+    back = [r for r in known_rows if _step(r) not in have and (resume_step is None or _step(r) <= resume_step)]
+    if len(kept) == len(rows) and not torn and not back:
+        return None
+    merged = sorted(kept + back, key=_step)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text("".join(json.dumps(r) + "\n" for r in merged))
+    tmp.replace(path)
+    return _repair_note(path, torn, {_step(r) for r in back}, resume_step) if torn else None
+
+
+def _split(path: Path) -> tuple[list[dict[str, Any]], list[str]]:
+    """(whole rows, torn lines) of a metrics file; blank lines are neither."""
+    rows, torn = [], []
+    for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
+        if not line.strip():
             continue
-    return rows
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if isinstance(row, dict):
+            rows.append(row)
+        else:
+            torn.append(line)
+    return rows, torn
+
+
+def _step(row: dict[str, Any]) -> int:
+    step = row.get("step")
+    return step if isinstance(step, int) else -1
+
+
+def _repair_note(path: Path, torn: list[str], restored: set[int], resume_step: int | None) -> str:
+    """One line on a repair: how many torn lines were cut and what became of each one's step."""
+    fates = []
+    for line in torn:
+        m = _STEP_PREFIX.match(line)
+        if m is None:
+            fates.append("one of an unknown step is lost")
+            continue
+        step = int(m.group(1))
+        if step in restored:
+            fates.append(f"step {step}'s row was put back from the checkpoint")
+        elif resume_step is not None and step > resume_step:
+            fates.append(f"step {step}'s row is rewritten when the step is redone")
+        else:
+            fates.append(f"step {step}'s row is not in any kept checkpoint and is lost")
+    return f"{path}: cut {len(torn)} torn line(s) (a write cut short); {'; '.join(fates)}"

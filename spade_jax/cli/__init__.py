@@ -7,9 +7,11 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import signal
 import sys
 
 from spade_jax import malloc
+from spade_jax.shutdown import exit_now, stop_on_signals
 
 # command name -> module (relative to spade_jax.cli) that registers it.
 COMMANDS: dict[str, str] = {
@@ -42,7 +44,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    if argv is None:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.malloc)
+    command_line = argv is None
+    if command_line:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.malloc)
         malloc.reexec_with_tunables()
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)
@@ -51,15 +54,19 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    try:
-        return int(args.func(args) or 0)
-    except KeyboardInterrupt:
-        print("interrupted", file=sys.stderr)
-        return 130
-    except (FileNotFoundError, ValueError) as e:
-        # Bad input gets one clear line, not a traceback.
-        print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
-        return 2
+    with stop_on_signals():
+        try:
+            return int(args.func(args) or 0)
+        except KeyboardInterrupt as e:  # Ctrl-C or SIGTERM (Terminated): cleaned up on the way here
+            signum = getattr(e, "signum", signal.SIGINT)
+            print("interrupted" if signum == signal.SIGINT else "terminated (SIGTERM)", file=sys.stderr)
+            if command_line:
+                exit_now(128 + signum)
+            return 128 + signum
+        except (FileNotFoundError, ValueError) as e:
+            # Bad input gets one clear line, not a traceback.
+            print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
+            return 2
 
 
 if __name__ == "__main__":

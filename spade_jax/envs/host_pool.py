@@ -26,7 +26,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from spade_jax.envs import protocol
-from spade_jax.envs.sandbox import Launcher, SandboxConfig, SandboxUnavailable, detect_level, start_worker
+from spade_jax.envs.sandbox import (
+    Launcher,
+    SandboxConfig,
+    SandboxUnavailable,
+    detect_level,
+    remove_stale_dirs,
+    start_worker,
+)
 
 log = logging.getLogger(__name__)
 
@@ -256,6 +263,7 @@ class HostPool:
             raise ValueError(f"num_workers must be >= 1, got {num_workers}")
         self.num_workers = num_workers
         self.sandbox = sandbox or SandboxConfig()
+        remove_stale_dirs()  # temp dirs of runs that died without closing their pool
         self.level = detect_level(self.sandbox.level, self.sandbox)
         log.info("host pool: up to %d workers, sandbox level %s", num_workers, self.level)
         self._launcher = Launcher(self.sandbox, self.level)

@@ -30,7 +30,7 @@ from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
 from spade_jax.envs.protocol import valid_text
 from spade_jax.selfplay.config import MemoryConfig
 
-__all__ = ["EnvRecord", "Memory"]
+__all__ = ["EnvRecord", "Memory", "damage", "rebuild"]
 
 _COLUMNS = """
     id TEXT PRIMARY KEY,
@@ -375,6 +375,13 @@ class Memory:
         for rec in self.archive():
             self.novelty.add(rec.id, rec.code)
 
+    def dump(self) -> list[dict]:
+        """Every row (any status) with its rowid, in insertion order: the copy a checkpoint keeps so that a
+        damaged file can be rebuilt (`rebuild`) exactly, eviction order included."""
+        with self._lock:
+            rows = self._db.execute(f"SELECT rowid, {', '.join(_FIELDS)} FROM envs ORDER BY rowid ASC").fetchall()
+        return [{"rowid": r["rowid"], **{k: r[k] for k in _FIELDS}} for r in rows]
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -394,6 +401,48 @@ class Memory:
         with open(path, "w", encoding="utf-8") as f:
             for rec in self.attempts():
                 f.write(json.dumps({k: getattr(rec, k) for k in _FIELDS}) + "\n")
+
+
+def damage(path: str | Path) -> str | None:
+    """Why the memory file at `path` cannot be used (missing, not a database, a failed integrity check, no
+    envs table), or None when it is sound. Opening it may roll back a hot journal, as any open would."""
+    path = Path(path)
+    if not path.exists():
+        return "the file is missing"
+    try:
+        db = sqlite3.connect(path)
+        try:
+            verdict = db.execute("PRAGMA quick_check").fetchone()[0]
+            if verdict != "ok":
+                return f"its integrity check fails ({verdict})"
+            if db.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'envs'").fetchone() is None:
+                return "it holds no envs table"
+        finally:
+            db.close()
+    except sqlite3.Error as e:
+        return str(e) or type(e).__name__
+    return None
+
+
+def rebuild(path: str | Path, rows: list[dict]) -> None:
+    """Writes a memory file holding exactly `rows` (as `Memory.dump` gave them, rowids kept) at `path`. Written
+    to a temporary file and renamed into place, so a crash here leaves whatever was at `path` before."""
+    path = Path(path)
+    tmp = path.with_name(path.name + ".rebuild")
+    tmp.unlink(missing_ok=True)
+    db = sqlite3.connect(tmp)
+    try:
+        with db:
+            db.execute(f"CREATE TABLE envs ({_COLUMNS})")
+            db.execute("CREATE INDEX envs_status ON envs(status)")
+            names = ["rowid", *_FIELDS]
+            db.executemany(
+                f"INSERT INTO envs ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+                [[row.get(k) for k in names] for row in rows],
+            )
+    finally:
+        db.close()
+    tmp.replace(path)
 
 
 def _easiest(name: str, code: str) -> tuple[str, str]:
