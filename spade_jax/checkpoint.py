@@ -60,6 +60,20 @@ def set_aside(path: Path, run_dir: Path, name: str) -> Path:
     return dest
 
 
+def _raised_in_orbax(exc: BaseException | None) -> bool:
+    """Whether `exc`, or an exception it was raised from, passed through Orbax's own code."""
+    for _ in range(8):
+        if exc is None:
+            return False
+        tb = exc.__traceback__
+        while tb is not None:
+            if "/orbax/" in tb.tb_frame.f_code.co_filename:
+                return True
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+    return False
+
+
 def _is_stray_read_error(u: Any) -> bool:
     """Whether an unraisable error is one a failed restore leaves behind: the other reads of the damaged
     checkpoint finish after Orbax closed its event loop ("Event loop is closed"), or fail inside Orbax's own
@@ -67,16 +81,20 @@ def _is_stray_read_error(u: Any) -> bool:
     if u.exc_type is RuntimeError and str(u.exc_value) == "Event loop is closed":
         return True
     code = getattr(u.object, "cr_code", None)
-    return code is not None and "/orbax/" in code.co_filename
+    return (code is not None and "/orbax/" in code.co_filename) or _raised_in_orbax(u.exc_value)
 
 
 class _StrayReadTasks(logging.Filter):
-    """Drops asyncio's "Task exception was never retrieved" pages for Orbax's read tasks (the same leftovers
-    of a failed restore, logged when the task is collected)."""
+    """Drops asyncio's "Task/Future exception was never retrieved" pages for Orbax's reads (the same leftovers
+    of a failed restore, logged when the task or future is collected): those whose coroutine is Orbax's or
+    whose exception was raised through Orbax's code."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         msg = str(record.msg)
-        return not (msg.startswith("Task exception was never retrieved") and "/orbax/" in msg)
+        if not msg.startswith(("Task exception was never retrieved", "Future exception was never retrieved")):
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        return not ("/orbax/" in msg or _raised_in_orbax(exc))
 
 
 def _drop_stray_read_errors() -> None:
