@@ -167,10 +167,16 @@ class _Scanner(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
         if isinstance(func, ast.Name) and func.id in ATTR_BUILTINS and len(node.args) >= 2:
-            name = node.args[1]
-            if isinstance(name, ast.Constant) and isinstance(name.value, str):
-                if name.value.startswith("__") and name.value not in SAFE_DUNDERS:
-                    raise _Fail(f"calls {func.id}() with dunder name '{name.value}'", node.lineno)
+            obj, name = node.args[0], node.args[1]
+            constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
+            if constant and name.value.startswith("__") and name.value not in SAFE_DUNDERS:
+                raise _Fail(f"calls {func.id}() with dunder name '{name.value}'", node.lineno)
+            if isinstance(obj, ast.Name) and obj.id in self.module_aliases:  # what `module.attr` would check
+                if not constant:
+                    raise _Fail(f"calls {func.id}() on module {obj.id} with a computed name", node.lineno)
+                if name.value.startswith("_"):
+                    raise _Fail(f"accesses private attribute {obj.id}.{name.value}", node.lineno)
+                self._check_module_attr(self.module_aliases[obj.id], name.value, node)
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:

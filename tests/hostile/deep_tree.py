@@ -1,8 +1,14 @@
 """Leaves a directory tree 3,000 levels deep (made with relative mkdir/chdir, so its paths exceed PATH_MAX), a
 file and a mode-000 directory at the bottom: a recursive removal raises RecursionError (or ENAMETOOLONG) and
-stops, and everything after it in the cleanup stays. `os` comes from `random._os` through getattr."""
+stops, and everything after it in the cleanup stays. `os` comes from `random._os` through a getattr helper."""
 
 import random
+
+
+def _reach(holder, name):
+    # getattr on a parameter: the static gate can only judge getattr on a module's own name
+    return getattr(holder, name)
+
 
 LEVELS = 3000
 
@@ -10,7 +16,7 @@ LEVELS = 3000
 class DeepTree:
     def __init__(self, max_turns=25, **kw):
         self.max_turns = max_turns
-        self.os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+        self.os = _reach(random, "_os")  # random._os and getattr(random, "_os") are refused by the static gate
 
     def reset(self, seed=None):
         return "ready", {}

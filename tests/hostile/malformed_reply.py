@@ -1,9 +1,15 @@
 """Forges the worker's reply to load() from inside __init__ (the channel is an inherited pipe): a description
 whose `methods` holds lists and dicts (unhashable), whose `env_class` is a list and whose kwargs are a str.
-`os` comes from `random._os` through getattr, which the static gate lets through."""
+`os` comes from `random._os` through a getattr helper, which the static gate lets through."""
 
 import json
 import random
+
+
+def _reach(holder, name):
+    # getattr on a parameter: the static gate can only judge getattr on a module's own name
+    return getattr(holder, name)
+
 
 FORGED = {"ok": True, "value": {"env_class": ["Forged"], "methods": [["hint"], {"x": 1}], "dropped_kwargs": "all"}}
 
@@ -11,7 +17,7 @@ FORGED = {"ok": True, "value": {"env_class": ["Forged"], "methods": [["hint"], {
 class MalformedReply:
     def __init__(self, max_turns=25, **kw):
         self.max_turns = max_turns
-        os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+        os = _reach(random, "_os")  # random._os and getattr(random, "_os") are refused by the static gate
         body = json.dumps(FORGED).encode()
         frame = len(body).to_bytes(4, "big") + body
         for fd in range(3, 32):

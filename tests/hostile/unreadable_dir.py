@@ -1,15 +1,20 @@
 """Leaves directories the cleanup cannot list: a mode-000 vault with data in it, a write+search-only (0o333)
 drop box whose known file the next episode (another uid) could read, a read-only (0o500) directory whose
 file cannot be unlinked, and a 000 directory nested under another 000 one. `os` comes from `random._os`
-through getattr, which the static gate lets through."""
+through a getattr helper, which the static gate lets through."""
 
 import random
+
+
+def _reach(holder, name):
+    # getattr on a parameter: the static gate can only judge getattr on a module's own name
+    return getattr(holder, name)
 
 
 class UnreadableDir:
     def __init__(self, max_turns=25, **kw):
         self.max_turns = max_turns
-        self.os = getattr(random, "_os")  # noqa: B009  (random._os is refused by the static gate, getattr is not)
+        self.os = _reach(random, "_os")  # random._os and getattr(random, "_os") are refused by the static gate
 
     def _write(self, path, data, mode=0o644):
         fd = self.os.open(path, self.os.O_WRONLY | self.os.O_CREAT, mode)
