@@ -181,3 +181,29 @@ def test_env_run_bad_input_is_one_line(capsys, tmp_path):
     assert cli_main(["env-run", str(tmp_path / "missing.py"), "--actions", "x"]) == 2
     err = capsys.readouterr().err.strip()
     assert err.count("\n") == 0 and "missing.py" in err
+
+
+@pytest.mark.parametrize("level", LEVEL_PARAMS)
+def test_a_sandbox_started_by_a_thread_outlives_the_thread(level):
+    """The rollout engine and the gates open sessions from worker threads that come and go. bwrap's
+    --die-with-parent fires when the thread that started the sandbox exits; the sandbox started there must go
+    on serving (one worker started in all) rather than die and fail the next environment's load()."""
+    import threading
+
+    source = (ENVS / "counter_game.py").read_text()
+    with HostPool(num_workers=1, sandbox=SandboxConfig(level=level)) as pool:
+        out: list = []
+
+        def play() -> None:
+            with pool.open(source) as s:
+                out.append(s.reset(0).ok)
+
+        t = threading.Thread(target=play)
+        t.start()
+        t.join()
+        time.sleep(0.5)  # the kill a thread's exit sends takes effect within milliseconds
+        with pool.open(source) as s:
+            assert s.load_result.ok, s.load_result
+            assert s.reset(0).ok
+        assert out == [True]
+        assert pool.stats["workers_started"] == 1, pool.stats

@@ -11,6 +11,7 @@ as a fresh unprivileged uid (so RLIMIT_NPROC binds) with rlimits on memory, CPU,
 from __future__ import annotations
 
 import atexit
+import concurrent.futures
 import contextlib
 import fcntl
 import json
@@ -268,16 +269,9 @@ class Launcher:
         return getattr(self, f"_launch_{self.level}")(uids)
 
     def _popen(self, argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
-        return subprocess.Popen(
-            argv,
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            env=env,
-            cwd=cwd or self.dir,
-            start_new_session=True,
-            close_fds=True,
-        )
+        """Starts the sandbox from the process-lifetime spawner thread (see `_spawner`)."""
+        kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd or self.dir)
+        return _spawner().submit(subprocess.Popen, argv, **kw, start_new_session=True, close_fds=True).result()
 
     def _launch_process(self, uids: list[int] | None) -> SandboxProcess:
         tmp = tempfile.mkdtemp(prefix="tmp-", dir=self.dir)
@@ -444,6 +438,21 @@ def remove_stale_dirs(tmp: str | Path | None = None) -> list[str]:
 # ----------------------------------------------------------------------------------------------- detection
 
 _detected: dict[tuple, str] = {}
+_SPAWNER: list[concurrent.futures.ThreadPoolExecutor] = []
+_spawner_lock = threading.Lock()
+
+
+def _spawner() -> concurrent.futures.ThreadPoolExecutor:
+    """One thread, alive as long as the process, that starts every sandbox. bwrap's --die-with-parent is
+    PR_SET_PDEATHSIG, which fires when the *thread* that started it exits, not the process: a sandbox started
+    from a short-lived thread (a rollout engine's, a gate's) was killed when that thread ended, and the next
+    environment's load() then failed as if it had crashed the sandbox."""
+    with _spawner_lock:
+        if not _SPAWNER:
+            _SPAWNER.append(concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawn"))
+        return _SPAWNER[0]
+
+
 _detect_lock = threading.Lock()
 
 
