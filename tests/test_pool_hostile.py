@@ -350,7 +350,16 @@ CASES = [
         expect={"bad_return"},
         fail_check=_names("nested deeper"),
     ),
-    Case("malformed_reply", calls=[], expect={"bad_return"}, fail_check=_names("load()", "malformed")),
+    Case("malformed_reply", calls=[], expect={"bad_return"}, fail_check=_names("load()", "nonce")),
+    # replies are bound to their requests: a frame the episode writes itself is never taken as a reply
+    Case("reply_ahead", calls=[("reset", 0)], expect={"bad_return"}, fail_check=_names("reset()", "nonce")),
+    Case("reply_from_child", calls=[("reset", 0)], expect={"bad_return"}, fail_check=_names("reset()", "nonce")),
+    Case(
+        "reply_stolen_nonce",
+        calls=[("reset", 0), ("step", "5")],
+        expect={"bad_return"},
+        fail_check=_names("step()", "between calls"),
+    ),  # fmt: skip
     Case("terminal_escape", calls=[("reset", 0), ("step", "boom")], expect={"exception"}, fail_check=_escaped),
     # cleanup between episodes cannot be defeated by what the episode left
     Case("unreadable_dir", check=_attack_ran("made", 1), after=_tmp_free),

@@ -30,6 +30,7 @@ HOSTILE = Path(__file__).resolve().parent / "hostile"
 RUN_ENDERS = ("surrogate_observation", "surrogate_exception", "huge_int_reward", "poisoned_info", "malformed_reply",
               "terminal_escape")  # fmt: skip
 CLEANUP_DEFEATERS = ("unreadable_dir", "deep_tree", "tmp_fill_then_leave")
+REPLY_FORGERS = ("reply_ahead", "reply_from_child", "reply_stolen_nonce")
 CONTROL_CHARS = ("\x1b", "\x07", "\r", "\x9b", "\x7f", "\u202e")
 CONFIG = dict(call_timeout_s=1.5, load_timeout_s=2.0, memory_mb=128, tmp_mb=32)
 GOOD = contract_examples()["game"]
@@ -92,7 +93,7 @@ def _serves_within(pool: HostPool, seconds: float = 30.0) -> CallResult:
 
 
 def test_every_new_program_passes_the_static_gate():
-    for name in RUN_ENDERS + CLEANUP_DEFEATERS:
+    for name in RUN_ENDERS + CLEANUP_DEFEATERS + REPLY_FORGERS:
         report = check_static(_source(name))
         assert report.ok, f"{name}: {report.reason}"
 
@@ -224,6 +225,24 @@ def test_gates_return_a_verdict_and_the_next_env_is_served(pool, name):
     assert verdict.gate != "internal", str(verdict)  # a gate, not the validator, names the problem
     good = validate(GOOD, pool)
     assert good.valid, str(good)
+
+
+@pytest.mark.sandbox
+def test_a_forged_reply_never_wins_an_episode(pool, tokenizer):
+    """The reply forgers queue a winning step reply before step() runs; in a rollout that episode is discarded
+    as the environment's failure, never scored as a win, and the next environment is served."""
+    from spade_jax.selfplay.config import RolloutConfig
+    from spade_jax.selfplay.rollouts import EpisodeSpec, RolloutEngine, ScriptedPolicy
+
+    specs = [EpisodeSpec(name, _source(name), 0, "no_hint") for name in REPLY_FORGERS]
+    engine = RolloutEngine(pool, ScriptedPolicy(lambda req: "\\boxed{5}"), tokenizer, RolloutConfig(max_turns=2))
+    try:
+        result = engine.run(specs)
+    finally:
+        engine.close()
+    for ep in result.episodes:
+        assert ep.discarded and ep.error == "bad_return", (ep.spec.env_id, ep.end_reason, ep.episode_return)
+    assert _serves_within(pool).ok
 
 
 @pytest.mark.sandbox

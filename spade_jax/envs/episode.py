@@ -26,6 +26,10 @@ import sys
 import time
 
 HEADER = struct.Struct(">I")
+# Every request from the zygote to the episode process starts with a fresh random nonce (hex), and the reply must
+# start with it: a frame the environment writes to the channel itself, ahead of a request, cannot carry the right
+# one, so it cannot pass for the reply to a later call (or desynchronise the ones after it).
+NONCE_BYTES = 16
 ENV_FILENAME = "<environment>"
 ENV_MODULE = "environment"
 CALLABLE = ("reset", "step", "hint", "reference_action", "random_action", "metadata")
@@ -107,14 +111,18 @@ class Episode:
         self.dumps, self.loads, self.send = json.dumps, json.loads, send
 
     def serve(self, rfd: int, wfd: int) -> None:
-        limit = self.cfg["max_request_bytes"]
+        """Answers requests until EOF. Each request starts with the zygote's nonce for it, and the reply frame
+        starts with the same nonce: a frame the environment writes itself cannot know it (see `NONCE_BYTES`)."""
+        limit = self.cfg["max_request_bytes"] + NONCE_BYTES
         while True:
             raw = recv_raw(rfd, limit)
             if raw is None:
                 os._exit(0)
-            msg = self.loads(raw)
-            reply = self.handle(msg)
-            self.send(wfd, reply) if _isinstance(reply, dict) else write_all(wfd, reply)
+            nonce = raw[:NONCE_BYTES]
+            reply = self.handle(self.loads(raw[NONCE_BYTES:]))
+            if _isinstance(reply, dict):
+                reply = self.dumps(reply, separators=(",", ":"), allow_nan=False).encode("utf-8", "surrogatepass")
+            write_all(wfd, HEADER.pack(_len(nonce) + _len(reply)) + nonce + reply)
 
     def handle(self, msg: dict):
         what = str(msg.get("method") or msg["op"]) + "()"
@@ -149,7 +157,7 @@ class Episode:
         cap, size = self.cfg["max_return_bytes"], _len(body)
         if size > cap:
             return fail("bad_return", f"{what} returned {size} bytes of JSON (limit {cap})")
-        return HEADER.pack(size) + body
+        return body
 
     def one_line(self, e: BaseException) -> str:
         try:

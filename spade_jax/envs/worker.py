@@ -11,7 +11,8 @@ Two kinds of process per sandbox:
   * the episode process (`episode.Episode`): drops to an unprivileged uid (two per worker, used in turn, so
     the next one can be forked while the current one runs without being reachable from it), applies the
     rlimits, loads the source in a fresh module, constructs the env and answers calls. The zygote relays each call,
-    enforces the per-call deadline (SIGKILL), caps and validates the reply bytes, and at the session's end
+    enforces the per-call deadline (SIGKILL), caps and validates the reply bytes (bound to its request by a
+    fresh nonce; a frame written between calls is a forgery), and at the session's end
     kills every process of that uid and deletes its files in tmp and /dev/shm (`remove_tree`: no mode, depth
     or size of what it left stops it), before it answers the `end` request and within that call's timeout, so
     the next environment's load() never pays for it; a cleanup that does not finish makes the host replace the
@@ -29,11 +30,12 @@ from __future__ import annotations
 import gc
 import json
 import os
+import select
 import signal
 import sys
 import time
 
-from spade_jax.envs.episode import HEADER, Episode, fail, recv_raw, send, write_all
+from spade_jax.envs.episode import HEADER, NONCE_BYTES, Episode, fail, recv_raw, send, write_all
 
 ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
 PRELOAD = (
@@ -273,11 +275,15 @@ class Zygote:
         _, to_fd, from_fd, _ = self.child
         limit = float(msg.get("timeout") or self.cfg["call_timeout_s"])
         deadline = time.monotonic() + limit
+        if _wrote_between_calls(from_fd):
+            self.kill_child(f"it wrote to its channel before {what}")
+            return fail("bad_return", f"{what}: the episode wrote to its channel between calls (a forged reply)")
+        nonce = os.urandom(NONCE_BYTES // 2).hex().encode()
         try:
-            write_all(to_fd, HEADER.pack(len(msg["_raw"])) + msg["_raw"])
+            write_all(to_fd, HEADER.pack(len(nonce) + len(msg["_raw"])) + nonce + msg["_raw"])
             if load and len(self.uids) > 1 and self.spare is None:  # the other uid was cleaned above
                 self.spare = self.fork_episode(self.other_uid())  # while the child loads
-            body = recv_raw(from_fd, self.cfg["max_return_bytes"] + ENVELOPE_BYTES, deadline)
+            body = recv_raw(from_fd, self.cfg["max_return_bytes"] + ENVELOPE_BYTES + NONCE_BYTES, deadline)
         except TimeoutError:
             self.kill_child(f"{what} timed out")
             return fail("timeout", f"{what} did not return within {limit:g} s (killed)")
@@ -294,6 +300,10 @@ class Zygote:
             if "CPU" in how:
                 return fail("timeout", f"{what} exceeded the CPU-time limit ({self.cfg['cpu_seconds']} s)")
             return fail("crashed", f"{what}: the episode process died ({how or 'closed its channel'})")
+        if body[:NONCE_BYTES] != nonce:
+            self.kill_child(f"{what} sent a reply not bound to it")
+            return fail("bad_return", f"{what}: a reply without this request's nonce (forged, or out of order)")
+        body = body[NONCE_BYTES:]
         problem = _check_reply(body)
         if problem:
             self.kill_child(f"{what} sent a malformed reply")
@@ -335,6 +345,17 @@ class Zygote:
             else:
                 reply = fail("exception", f"unknown request {op!r}")
             send(self.wfd, reply) if isinstance(reply, dict) else write_all(self.wfd, HEADER.pack(len(reply)) + reply)
+
+
+def _wrote_between_calls(fd: int) -> bool:
+    """Whether the episode process wrote to its channel while no request was open (EOF is not writing: a
+    process that died between calls is reported by the request itself)."""
+    try:
+        if not select.select([fd], [], [], 0)[0]:
+            return False
+        return bool(os.read(fd, 1))
+    except OSError:
+        return False
 
 
 def _check_reply(body: bytes) -> str:
