@@ -177,6 +177,7 @@ class _Worker:
             return CallResult.failure("exception", f"{what}: arguments are not JSON-safe ({e})")
         method = str(msg.get("method") or msg.get("op"))
         deadline = time.monotonic() + timeout + 1.0 + 0.25 * timeout
+        bounds = self.proc.bound_events()
         try:
             protocol.write_frame(self.proc.stdin_fd, data, deadline)
             reply = self.proc.reader.read(deadline, self.limit)
@@ -186,12 +187,28 @@ class _Worker:
                 return CallResult.failure("timeout", f"{what} did not return within {timeout:g} s (sandbox killed)")
             time.sleep(0.05)  # let the stderr drain catch the runtime's last words
             tail = self.proc.stderr_tail().splitlines()[-1:] if e.kind == "closed" else []
+            died = CallResult.failure("crashed", f"{what}: sandbox died ({e}){': ' + tail[0] if tail else ''}")
+            result = self._over_bounds(died, bounds, what)
             self.kill(f"{what}: {e}")
-            return CallResult.failure("crashed", f"{what}: sandbox died ({e}){': ' + tail[0] if tail else ''}")
+            return result
         except (OSError, ValueError) as e:  # the channel's fds went away under us (the sandbox was killed meanwhile)
             self.kill(f"{what}: {e}")
             return CallResult.failure("crashed", f"{what}: worker channel error ({e})")
-        return _from_reply(reply, method)
+        return self._over_bounds(_from_reply(reply, method), bounds, what)
+
+    def _over_bounds(self, result: CallResult, before: tuple[int, int], what: str) -> CallResult:
+        """A crash or hang during which this sandbox ran into its total memory bound is the environment's memory
+        failure (its children, files or segments together went over it); one at its process bound says so."""
+        if result.ok or result.error not in ("crashed", "timeout") or self.proc.cgroup is None:
+            return result
+        (mem0, pids0), (mem1, pids1) = before, self.proc.bound_events()
+        limits = self.proc.cgroup.limits
+        if mem1 > mem0:
+            bound = f"total memory bound ({limits.memory_mb} MB)"
+            return CallResult.failure("memory", f"{what}: the sandbox went over its {bound}")
+        if pids1 > pids0:
+            return CallResult.failure("crashed", f"{what}: the sandbox went over its process bound ({limits.pids})")
+        return result
 
 
 class EnvSession:
@@ -274,6 +291,7 @@ class HostPool:
         self._closed = False
         self._executor: ThreadPoolExecutor | None = None
         self.stats: Counter = Counter()
+        self._replacing: set[threading.Thread] = set()  # replacement workers starting in the background
 
     # workers ---------------------------------------------------------------------------------------------
     def _start(self) -> _Worker:
@@ -333,21 +351,27 @@ class HostPool:
             if self._closed:
                 self._slots -= 1
                 return
-        threading.Thread(target=self._replace, name="sandbox-replace", daemon=True).start()
+            t = threading.Thread(target=self._replace, name="sandbox-replace", daemon=True)
+            self._replacing.add(t)
+        t.start()
 
     def _replace(self) -> None:
         """Starts a replacement worker in the background so the next open() does not pay the start."""
         try:
             worker = self._start()
         except (SandboxUnavailable, OSError) as e:
-            log.warning("could not replace a sandbox worker: %s", e)
             with self._cv:
                 self._slots -= 1
                 self._cv.notify()
+                self._replacing.discard(threading.current_thread())
+                if self._closed:
+                    return
+            log.warning("could not replace a sandbox worker: %s", e)
             return
         with self._cv:
             self._idle.append(worker)
             self._cv.notify()
+            self._replacing.discard(threading.current_thread())
 
     def _count(self, result: CallResult) -> None:
         with self._cv:
@@ -405,10 +429,13 @@ class HostPool:
             self._live.clear()
             self._idle.clear()
             self._cv.notify_all()
+            replacing = list(self._replacing)
         for w in workers:
             w.kill("pool closed")
         if self._executor is not None:
             self._executor.shutdown(wait=False, cancel_futures=True)
+        for t in replacing:  # a sandbox still starting writes into the launcher's dir: it is killed at its end
+            t.join(self._launcher.config.start_timeout_s)
         self._launcher.close()
 
     def __enter__(self) -> HostPool:

@@ -29,7 +29,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from spade_jax.envs import protocol
+from spade_jax.envs import cgroups, protocol
 from spade_jax.envs.worker import remove_tree
 from spade_jax.shutdown import deferred
 
@@ -59,6 +59,11 @@ class SandboxConfig:
     max_processes: int = 32  # RLIMIT_NPROC for the episode's own uid
     max_return_bytes: int = 65536  # JSON bytes one call may return
     tmp_mb: int = 64  # size of the private /tmp (gvisor, bwrap)
+    # Bounds on the whole sandbox (its cgroup: every process, memfd/tmpfs file and SysV segment in it together);
+    # 0 picks memory_mb + tmp_mb + 384 MB (runtime, worker, the spare episode) and max_processes + 16 processes
+    # (32 x that for gVisor, whose host side is threads and stub processes).
+    sandbox_memory_mb: int = 0
+    sandbox_processes: int = 0
     start_timeout_s: float = 30.0  # sandbox start until the worker says ready
     max_source_bytes: int = 2_000_000
     python: str | None = None  # interpreter inside the sandbox; default: this one's base executable
@@ -69,6 +74,15 @@ class SandboxConfig:
             raise ValueError(f"sandbox level must be one of gvisor, bwrap, process, auto; got {self.level!r}")
         if self.call_timeout_s <= 0 or self.load_timeout_s <= 0:
             raise ValueError("sandbox timeouts must be > 0")
+        if self.sandbox_memory_mb < 0 or self.sandbox_processes < 0:
+            raise ValueError("sandbox_memory_mb and sandbox_processes must be >= 0 (0: automatic)")
+
+    def limits(self, level: str) -> cgroups.Limits:
+        """The whole-sandbox bounds in force at `level` (see `sandbox_memory_mb`, `sandbox_processes`)."""
+        memory = self.sandbox_memory_mb or self.memory_mb + self.tmp_mb + 384
+        # gVisor's host side is the sentry's threads plus a stub process per address space: far more tasks
+        procs = self.sandbox_processes or (self.max_processes + 16) * (32 if level == "gvisor" else 1)
+        return cgroups.Limits(memory_mb=memory, pids=procs)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -81,8 +95,9 @@ class SandboxUnavailable(RuntimeError):
 class SandboxProcess:
     """One running sandbox with its worker: the channel fds, a stderr tail, and kill()."""
 
-    def __init__(self, popen: subprocess.Popen, level: str, on_kill=None):
-        self.popen, self.level, self._on_kill = popen, level, on_kill
+    def __init__(self, popen: subprocess.Popen, level: str, on_kill=None, cgroup: cgroups.Cgroup | None = None):
+        self.popen, self.level, self._on_kill, self.cgroup = popen, level, on_kill, cgroup
+        self.peak_mb = 0.0  # the most memory the whole sandbox used at once, read from its cgroup when killed
         self.stdin_fd = popen.stdin.fileno()
         self.reader = protocol.FrameReader(popen.stdout.fileno())
         self._tail = bytearray()
@@ -126,8 +141,17 @@ class SandboxProcess:
                 f.close()
             except OSError:
                 pass
+        if self.cgroup is not None:  # kills what is left in it (a runtime helper in a session of its own)
+            self.peak_mb = self.cgroup.peak_mb()
+            self.cgroup.remove()
         if self._on_kill:
             self._on_kill()
+
+    def bound_events(self) -> tuple[int, int]:
+        """How often this sandbox ran into its (memory, process) bounds so far; zeros without a cgroup."""
+        if self.cgroup is None:
+            return 0, 0
+        return self.cgroup.memory_events(), self.cgroup.pids_events()
 
 
 def _signal(pid: int, sig: int) -> None:
@@ -253,6 +277,7 @@ class Launcher:
             "uids": uids,
             "tmp": tmp,
             "pidns": self.level != "process",
+            "ipcns": self.level != "process",  # its own SysV IPC namespace: the worker may remove what is in it
             "max_request_bytes": c.max_source_bytes + 65536,
         }
 
@@ -268,24 +293,37 @@ class Launcher:
         uids = [1 << 20 | secrets.randbelow(1 << 29) for _ in range(2)] if self.drop_uid else None
         return getattr(self, f"_launch_{self.level}")(uids)
 
-    def _popen(self, argv: list[str], env: dict, cwd: str | None = None) -> subprocess.Popen:
-        """Starts the sandbox from the process-lifetime spawner thread (see `_spawner`)."""
+    def _start(self, argv: list[str], env: dict, *, cwd: str | None = None, on_kill=None) -> SandboxProcess:
+        """Starts the sandbox in a cgroup of its own (when the host allows one, see `cgroups`) from the
+        process-lifetime spawner thread (see `_spawner`)."""
+        cgroup = None
+        if not _cgroup_refusal(self.config, self.level):
+            try:
+                cgroup = cgroups.Cgroup.create(self.config.limits(self.level))
+                argv = cgroup.wrap(argv)
+            except OSError as e:
+                log.warning("sandbox started WITHOUT its memory/process bound: %s", e)
         kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd or self.dir)
-        return _spawner().submit(subprocess.Popen, argv, **kw, start_new_session=True, close_fds=True).result()
+        try:
+            popen = _spawner().submit(subprocess.Popen, argv, **kw, start_new_session=True, close_fds=True).result()
+        except BaseException:
+            if cgroup is not None:
+                cgroup.remove()
+            raise
+        return SandboxProcess(popen, self.level, on_kill, cgroup)
 
     def _launch_process(self, uids: list[int] | None) -> SandboxProcess:
         tmp = tempfile.mkdtemp(prefix="tmp-", dir=self.dir)
         if uids is not None:
             os.chmod(tmp, 0o1777)  # both episode uids write here; the launcher dir itself is 0711
         root = str(Path(self.pkg_dir).parent)
-        popen = self._popen(self._argv(root, self._worker_config(uids, tmp)), self._env(tmp), cwd=tmp)
 
         def cleanup() -> None:
             for uid in uids or ():
                 _kill_uid(uid, self.python)
             remove_tree(tmp)  # what the episodes left there (mode 000, 10^5 levels deep) cannot stop it
 
-        return SandboxProcess(popen, "process", cleanup)
+        return self._start(self._argv(root, self._worker_config(uids, tmp)), self._env(tmp), cwd=tmp, on_kill=cleanup)
 
     def _launch_bwrap(self, uids: list[int] | None) -> SandboxProcess:
         argv = ["bwrap", "--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts", "--unshare-cgroup-try"]
@@ -308,7 +346,7 @@ class Launcher:
         argv += ["--proc", "/proc", "--dev", "/dev"]
         argv += ["--perms", "1777", "--size", str(self.config.tmp_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
         argv += ["--", *self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uids, "/tmp"))]
-        return SandboxProcess(self._popen(argv, self._env("/tmp")), "bwrap")
+        return self._start(argv, self._env("/tmp"))
 
     def _launch_gvisor(self, uids: list[int] | None) -> SandboxProcess:
         cid = f"spade-{os.getpid()}-{secrets.token_hex(6)}"
@@ -316,7 +354,9 @@ class Launcher:
         bundle.mkdir()
         state = bundle / "state"
         state.mkdir()
-        caps = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL"]
+        # CAP_SYS_ADMIN (gVisor's own, inside the sentry) lets the worker give each episode a fresh IPC namespace;
+        # the episode itself runs under an unprivileged uid with no capabilities (and no new privileges).
+        caps = ["CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_SYS_ADMIN"]
         mounts = [{"destination": "/proc", "type": "proc", "source": "proc"}]
         mounts += [{"destination": d, "type": "bind", "source": s, "options": ["ro", "rbind"]} for s, d in self._mounts]
         tmp_opts = ["mode=1777", f"size={self.config.tmp_mb}m"]
@@ -341,8 +381,8 @@ class Launcher:
         (bundle / "config.json").write_text(json.dumps(spec))
         argv = ["runsc", "--root", str(state), "--rootless", "--network=none", "--ignore-cgroups"]
         argv += [*self.config.runsc_flags, "run", "--bundle", str(bundle), cid]
-        popen = self._popen(argv, {"PATH": os.environ.get("PATH", "/usr/bin:/bin")})
-        return SandboxProcess(popen, "gvisor", lambda: shutil.rmtree(bundle, ignore_errors=True))
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+        return self._start(argv, env, on_kill=lambda: shutil.rmtree(bundle, ignore_errors=True))
 
 
 # ------------------------------------------------------------------------------------------------ temp dirs
@@ -451,6 +491,28 @@ def _spawner() -> concurrent.futures.ThreadPoolExecutor:
         if not _SPAWNER:
             _SPAWNER.append(concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="sandbox-spawn"))
         return _SPAWNER[0]
+
+
+_cgroup_refusals: dict[tuple, str] = {}
+
+
+def _cgroup_refusal(config: SandboxConfig, level: str) -> str:
+    """Why sandboxes here get no cgroup ('' when they do); probed once per process and limits, and said
+    loudly the first time, like the sandbox level."""
+    key = (level, config.limits(level))
+    with _spawner_lock:
+        if key not in _cgroup_refusals:
+            if not _cgroup_refusals:
+                cgroups.remove_stale()
+            why = cgroups.probe(key[1])
+            if why:
+                log.warning(
+                    "SANDBOX LIMITS: no per-sandbox bound on total memory and processes (%s); each episode "
+                    "process keeps its rlimits, but its children, memfd files and SysV segments together are not "
+                    "bounded", why,
+                )  # fmt: skip
+            _cgroup_refusals[key] = why
+        return _cgroup_refusals[key]
 
 
 _detect_lock = threading.Lock()

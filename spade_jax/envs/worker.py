@@ -41,7 +41,7 @@ ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error
 PRELOAD = (
     "random math re itertools collections json string dataclasses heapq functools fractions typing "
     "statistics enum copy inspect traceback linecache textwrap abc operator bisect decimal datetime "
-    "resource types"
+    "resource types ctypes"
 ).split()
 ENVELOPE_BYTES = 32768  # room for message + traceback on top of max_return_bytes
 
@@ -107,6 +107,8 @@ class Zygote:
             limits.append((resource.RLIMIT_NPROC, cfg["max_processes"]))
         for which, value in limits:
             resource.setrlimit(which, (value, value + 2 if which == resource.RLIMIT_CPU else value))
+        if cfg.get("ipcns"):
+            _unshare_ipc()  # where allowed (gVisor), the episode's SysV objects die with its processes
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)
@@ -185,8 +187,12 @@ class Zygote:
     def clean_uid(self, uid, deadline: float) -> bool:
         """Kills `uid`'s processes and deletes its files until none is left (checked with a PID namespace)."""
         if uid is None:
+            if self.cfg.get("ipcns"):
+                remove_ipc(None)
             return all([remove_tree(d, deadline, keep_root=True) for d in self.scratch])
         pidns = self.cfg.get("pidns")
+        if self.cfg.get("ipcns"):  # SysV objects are not seen by the checks below: one reaper pass removes them
+            self.run_reaper(uid, deadline)
         for attempt in range(1000):  # with a PID namespace we can check that nothing is left, zombies included
             if pidns and not self.strays(uid) and not self.scratch_used():
                 return True
@@ -215,6 +221,8 @@ class Zygote:
                     time.sleep(0.001)
                 for d in self.scratch:
                     remove_tree(d, deadline, keep_root=True)
+                if self.cfg.get("ipcns"):
+                    remove_ipc(uid)
             finally:
                 os._exit(0)
         os.waitpid(pid, 0)
@@ -390,6 +398,55 @@ def _describe(status: int | None) -> str:
 
 
 _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+# SysV IPC control commands (Linux): (INFO, STAT) per kind; IPC_RMID removes. `ipc_perm` starts with the key,
+# then uid, gid, cuid (int32 each).
+_IPC_RMID = 0
+_IPC_KINDS = {"shm": (14, 13), "msg": (12, 11), "sem": (19, 18)}
+
+
+def _unshare_ipc() -> bool:
+    """Moves this process into a new SysV IPC namespace (needs CAP_SYS_ADMIN: granted inside gVisor, not at the
+    bwrap level, where `remove_ipc` at the session's end does the job); False when it cannot."""
+    try:
+        import ctypes
+
+        return ctypes.CDLL(None, use_errno=True).unshare(0x08000000) == 0  # CLONE_NEWIPC
+    except (ImportError, OSError, AttributeError):
+        return False
+
+
+def remove_ipc(uid: int | None) -> int:
+    """Removes the SysV shared-memory segments, message queues and semaphore sets that `uid` owns or created
+    (every one when `uid` is None); returns how many. Run as `uid` (an owner may remove its own) and only in a
+    sandbox's own IPC namespace: such objects outlive the processes that made them, so what one episode left
+    would hold memory and carry data to the next. Never raises (no ctypes, no SysV IPC: nothing to remove)."""
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+    except (ImportError, OSError):
+        return 0
+    buf = ctypes.create_string_buffer(1024)
+    removed = 0
+    for kind, (info, stat) in _IPC_KINDS.items():
+        if kind == "sem":
+
+            def ctl(ident, cmd, arg=None):
+                return libc.semctl(ident, 0, cmd, arg)
+        else:
+            ctl = getattr(libc, f"{kind}ctl")
+        try:
+            highest = ctl(0, info, buf)
+            for index in range(max(highest, -1) + 1):
+                ident = ctl(index, stat, buf)
+                if ident < 0:
+                    continue
+                owner, creator = int.from_bytes(buf.raw[4:8], "little"), int.from_bytes(buf.raw[12:16], "little")
+                if uid is None or uid in (owner, creator):
+                    removed += ctl(ident, _IPC_RMID, None) == 0
+        except (AttributeError, OSError, ValueError):
+            continue
+    return removed
 
 
 def remove_tree(path: str, deadline: float | None = None, *, keep_root: bool = False) -> bool:

@@ -1,0 +1,35 @@
+"""Takes host memory as anonymous files: step() creates memfd files (no RLIMIT_AS applies to their pages) and
+writes `mb` MB into them, keeping the fds open. RLIMIT_FSIZE bounds each file, so it makes many. `os` comes
+from `random._os` through a getattr helper, which the static gate cannot judge."""
+
+import random
+
+
+def _reach(holder, name):
+    # getattr on a parameter: the static gate can only judge getattr on a module's own name
+    return getattr(holder, name)
+
+
+class MemoryMemfd:
+    def __init__(self, max_turns=25, mb=900, **kw):
+        self.max_turns, self.mb = max_turns, mb
+        self.os = _reach(random, "_os")
+        self.fds = []
+
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        os = self.os
+        chunk = b"\x01" * (1 << 20)
+        written = 0
+        try:
+            while written < self.mb:
+                fd = os.memfd_create("hold")
+                self.fds.append(fd)
+                for _ in range(15):  # 15 MB a file: under RLIMIT_FSIZE (16 MB)
+                    os.write(fd, chunk)
+                    written += 1
+        except OSError as e:
+            return f"stopped at {written} MB: {e.strerror}", 0.0, True, False, {"mb": written}
+        return f"holding {written} MB", 0.0, True, False, {"mb": written}
