@@ -362,13 +362,19 @@ CASES = [
         expect={"bad_return"},
         fail_check=_names("step()", "between calls"),
     ),  # fmt: skip
-    # memory is bounded per sandbox (its cgroup), not only per process: children, memfd files, SysV segments
-    Case("memory_forked_children", expect={"memory"}, fail_check=_names("total memory bound")),
-    Case("memory_memfd", expect={"memory"}, fail_check=_names("total memory bound")),
-    Case("sysv_shm_fill", expect={"memory"}, fail_check=_names("total memory bound")),
+    # memory is bounded per sandbox (its cgroup), not only per process: children, memfd files, SysV segments.
+    # With this suite's 1.5 s calls a slow host may kill the call before the bound is reached (timeout);
+    # tests/test_pool_limits.py gives them 5 s and checks the bound itself.
+    Case("memory_forked_children", expect={"memory", "timeout"}),
+    Case("memory_memfd", expect={"memory", "timeout"}),
+    Case("sysv_shm_fill", expect={"memory", "timeout"}),
     # SysV objects do not outlive the session (tests/test_pool_limits.py runs them twice: the next one sees none)
     Case("sysv_shm_leave", check=lambda r, h: r.value[4]["visible"] == 0),
     Case("sysv_msg_leave", check=lambda r, h: r.value[4]["seen"] == ""),
+    # namespaces, mounts and the kernel's big interfaces (refused at bwrap by seccomp: tests/test_pool_limits.py)
+    Case("userns_tmpfs", expect={"ok", "memory"}),
+    Case("clone_newuser"),
+    Case("kernel_surface"),
     Case("terminal_escape", calls=[("reset", 0), ("step", "boom")], expect={"exception"}, fail_check=_escaped),
     # cleanup between episodes cannot be defeated by what the episode left
     Case("unreadable_dir", check=_attack_ran("made", 1), after=_tmp_free),
@@ -386,7 +392,7 @@ def test_enough_hostile_programs():
 @pytest.mark.sandbox
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"{c.file}-{c.calls[-1][1] if c.calls else 'load'}")
 def test_hostile_program_is_contained(pool, host, case):
-    if "memory" in case.expect and case.file != "memory_bomb" and NO_CGROUP:
+    if case.file in ("memory_forked_children", "memory_memfd", "sysv_shm_fill") and NO_CGROUP:
         pytest.skip(f"no per-sandbox memory bound on this host: {NO_CGROUP}")
     src = (HOSTILE / f"{case.file}.py").read_text()
     t0 = time.monotonic()

@@ -1,5 +1,6 @@
 """Per-sandbox bounds (issue 18): memory and processes bounded for the whole sandbox, not per process; SysV IPC
-objects gone at every session's end; what the host cannot bound said loudly at start.
+objects gone at every session's end; at bwrap, no new namespaces, mounts or risky kernel interfaces (seccomp);
+what the host cannot bound said loudly at start.
 
 The hostile programs in tests/hostile/ (`memory_*`, `sysv_*`) pass the static gate. The bound is the sandbox's
 cgroup, so these tests read the kernel's own figures for it (its peak usage, its OOM kills), not ours. They
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs import cgroups, sandbox
+from spade_jax.envs import cgroups, sandbox, seccomp
 from spade_jax.envs.host_pool import HostPool
 from spade_jax.envs.sandbox import SandboxConfig
 
@@ -118,3 +119,26 @@ def test_cgroups_of_dead_runs_are_removed():
     finally:
         stale.remove()
         ours.remove()
+
+
+@pytest.mark.sandbox
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bwrap not installed")
+@pytest.mark.skipif(seccomp.program() is None, reason="the seccomp filter is x86-64 only")
+def test_bwrap_refuses_namespaces_mounts_and_risky_kernel_interfaces():
+    """Environment code at the bwrap level runs on the host kernel: it may not make a user namespace (unshare,
+    clone; clone3 is ENOSYS so the C library falls back to clone), mount a tmpfs past the /tmp cap, or reach
+    bpf, io_uring, userfaultfd, perf, keyrings, ptrace or setns."""
+    with HostPool(num_workers=1, sandbox=SandboxConfig(level="bwrap", **CONFIG)) as pool:
+        userns, _ = _play(pool, "userns_tmpfs")
+        clone, _ = _play(pool, "clone_newuser")
+        surface, _ = _play(pool, "kernel_surface")
+        with pool.open((HOSTILE / "sysv_msg_leave.py").read_text()) as s:  # ordinary code still runs
+            assert s.reset(0).ok and s.step("go").ok
+    eperm, enosys = 1, 38
+    u = userns.value[4]
+    assert (u["unshare"], u["unshare_errno"], u["mount"], u["mount_errno"]) == (-1, eperm, -1, eperm)
+    assert u["written_mb"] == 0
+    c = clone.value[4]
+    assert (c["clone"], c["clone_errno"], c["clone3"], c["clone3_errno"]) == (-1, eperm, -1, enosys)
+    k = surface.value[4]
+    assert k["allowed"] == [] and all(errno == eperm for _, errno in k["calls"].values()), k

@@ -197,16 +197,17 @@ class _Worker:
         return self._over_bounds(_from_reply(reply, method), bounds, what)
 
     def _over_bounds(self, result: CallResult, before: tuple[int, int], what: str) -> CallResult:
-        """A crash or hang during which this sandbox ran into its total memory bound is the environment's memory
-        failure (its children, files or segments together went over it); one at its process bound says so."""
-        if result.ok or result.error not in ("crashed", "timeout") or self.proc.cgroup is None:
+        """A call during which this sandbox ran into its total memory bound is the environment's memory failure,
+        whatever the call returned (its children, files or segments together went over it; the kernel refused
+        or killed for it); a crash or hang at its process bound says so."""
+        if self.proc.cgroup is None or result.error == "memory":
             return result
         (mem0, pids0), (mem1, pids1) = before, self.proc.bound_events()
         limits = self.proc.cgroup.limits
         if mem1 > mem0:
             bound = f"total memory bound ({limits.memory_mb} MB)"
             return CallResult.failure("memory", f"{what}: the sandbox went over its {bound}")
-        if pids1 > pids0:
+        if pids1 > pids0 and result.error in ("crashed", "timeout"):
             return CallResult.failure("crashed", f"{what}: the sandbox went over its process bound ({limits.pids})")
         return result
 

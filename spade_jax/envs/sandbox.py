@@ -17,6 +17,7 @@ import fcntl
 import json
 import logging
 import os
+import platform
 import re
 import secrets
 import shutil
@@ -29,7 +30,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from spade_jax.envs import cgroups, protocol
+from spade_jax.envs import cgroups, protocol, seccomp
 from spade_jax.envs.worker import remove_tree
 from spade_jax.shutdown import deferred
 
@@ -293,7 +294,9 @@ class Launcher:
         uids = [1 << 20 | secrets.randbelow(1 << 29) for _ in range(2)] if self.drop_uid else None
         return getattr(self, f"_launch_{self.level}")(uids)
 
-    def _start(self, argv: list[str], env: dict, *, cwd: str | None = None, on_kill=None) -> SandboxProcess:
+    def _start(
+        self, argv: list[str], env: dict, *, cwd: str | None = None, on_kill=None, pass_fds: tuple[int, ...] = ()
+    ) -> SandboxProcess:
         """Starts the sandbox in a cgroup of its own (when the host allows one, see `cgroups`) from the
         process-lifetime spawner thread (see `_spawner`)."""
         cgroup = None
@@ -305,7 +308,8 @@ class Launcher:
                 log.warning("sandbox started WITHOUT its memory/process bound: %s", e)
         kw = dict(stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=env, cwd=cwd or self.dir)
         try:
-            popen = _spawner().submit(subprocess.Popen, argv, **kw, start_new_session=True, close_fds=True).result()
+            start = _spawner().submit(subprocess.Popen, argv, **kw, start_new_session=True, pass_fds=pass_fds)
+            popen = start.result()
         except BaseException:
             if cgroup is not None:
                 cgroup.remove()
@@ -333,6 +337,9 @@ class Launcher:
         else:
             argv += ["--unshare-user"]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]
+        bpf = self._seccomp_fd()
+        if bpf is not None:
+            argv += ["--seccomp", str(bpf)]
         made: set[str] = set()
         for src, dst in self._mounts:
             for parent in reversed(Path(dst).parents):
@@ -346,7 +353,27 @@ class Launcher:
         argv += ["--proc", "/proc", "--dev", "/dev"]
         argv += ["--perms", "1777", "--size", str(self.config.tmp_mb << 20), "--tmpfs", "/tmp", "--chdir", "/tmp"]
         argv += ["--", *self._argv(PKG_ROOT_IN_SANDBOX, self._worker_config(uids, "/tmp"))]
-        return self._start(argv, self._env("/tmp"))
+        try:
+            return self._start(argv, self._env("/tmp"), pass_fds=() if bpf is None else (bpf,))
+        finally:
+            if bpf is not None:
+                os.close(bpf)
+
+    def _seccomp_fd(self) -> int | None:
+        """A fresh read fd on the seccomp program (`seccomp.program`; bwrap reads it once at start), or None
+        where there is none (said loudly once)."""
+        program = seccomp.program()
+        if program is None:
+            if not _warned.get("seccomp"):
+                _warned["seccomp"] = True
+                log.warning("SANDBOX (bwrap): no seccomp filter on %s; environments may create namespaces and "
+                            "mount filesystems inside the sandbox", platform.machine())  # fmt: skip
+            return None
+        path = os.path.join(self.dir, "seccomp.bpf")
+        if not os.path.exists(path):
+            with open(path, "wb") as f:
+                f.write(program)
+        return os.open(path, os.O_RDONLY)
 
     def _launch_gvisor(self, uids: list[int] | None) -> SandboxProcess:
         cid = f"spade-{os.getpid()}-{secrets.token_hex(6)}"
@@ -494,6 +521,7 @@ def _spawner() -> concurrent.futures.ThreadPoolExecutor:
 
 
 _cgroup_refusals: dict[tuple, str] = {}
+_warned: dict[str, bool] = {}
 
 
 def _cgroup_refusal(config: SandboxConfig, level: str) -> str:

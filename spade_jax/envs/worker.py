@@ -109,6 +109,11 @@ class Zygote:
             resource.setrlimit(which, (value, value + 2 if which == resource.RLIMIT_CPU else value))
         if cfg.get("ipcns"):
             _unshare_ipc()  # where allowed (gVisor), the episode's SysV objects die with its processes
+        try:  # at the sandbox's memory bound the kernel kills episode processes first, never the zygote
+            with open("/proc/self/oom_score_adj", "w") as f:
+                f.write("1000")
+        except OSError:
+            pass
         if uid is not None:
             os.setgroups([])
             os.setgid(uid)

@@ -1,7 +1,8 @@
 """Takes host memory past the per-process limit with forked children: step() forks `n` children (the per-uid
-process limit allows 32), each filling `mb` MB of its own (under RLIMIT_AS) and sleeping, and reports how
-many got there. Together they hold n x mb, far over what one episode may use; only a bound on the whole
-sandbox stops it. `os` comes from `random._os` through a getattr helper, which the static gate cannot judge."""
+process limit allows 32), each filling `mb` MB of its own in pieces (under RLIMIT_AS), saying how much it got and
+then holding it, and reports what they got. Together they would hold n x mb, far over what one episode may use;
+only a bound on the whole sandbox stops it. `os` comes from `random._os` through a getattr helper, which the
+static gate cannot judge."""
 
 import random
 
@@ -12,31 +13,42 @@ def _reach(holder, name):
 
 
 class MemoryForkedChildren:
-    def __init__(self, max_turns=25, n=12, mb=96, **kw):
+    def __init__(self, max_turns=25, n=16, mb=64, **kw):
         self.max_turns, self.n, self.mb = max_turns, n, mb
         self.os = _reach(random, "_os")
 
     def reset(self, seed=None):
         return "ready", {}
 
+    def _child(self, r, w, hold):
+        os, held, got = self.os, [], 0
+        os.close(r)
+        try:
+            while got < self.mb:
+                piece = bytearray(16 << 20)
+                for i in range(0, len(piece), 4096):
+                    piece[i] = 1
+                held.append(piece)
+                got += 16
+        except MemoryError:
+            pass
+        os.write(w, bytes([got // 4]))
+        os.close(w)  # once every child has written (or died), the parent reads EOF
+        os.read(hold, 1)  # holds the memory: the parent keeps the other end and never writes
+
     def step(self, action):
         os = self.os
         r, w = os.pipe()
+        hold, self.keep = os.pipe()
         for _ in range(self.n):
             if os.fork() == 0:
                 try:
-                    block = bytearray(self.mb << 20)
-                    for i in range(0, len(block), 4096):
-                        block[i] = 1
-                    os.write(w, b"x")
-                    while True:
-                        os.read(r, 1)  # hold the memory until killed
+                    self._child(r, w, hold)
                 finally:
                     os._exit(0)
-        got = 0
-        try:
-            while got < self.n:
-                got += len(os.read(r, self.n))
-        except OSError:
-            pass
-        return f"{got} children hold {got * self.mb} MB", 0.0, True, False, {"mb": got * self.mb}
+        os.close(w)
+        data = b""
+        while chunk := os.read(r, 64):
+            data += chunk
+        total = 4 * sum(data)
+        return f"{len(data)} children hold {total} MB", 0.0, True, False, {"mb": total}
