@@ -108,18 +108,18 @@ class Cgroup:
         script = 'n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 125; shift; n=$((n-1)); done; exec "$@"'
         return ["/bin/sh", "-c", script, "spade-cgroup", str(len(procs)), *procs, *argv]
 
-    def memory_events(self) -> int:
-        """How often so far the sandbox ran into its memory bound: allocations refused at it plus processes
-        the kernel killed for it (a runtime may die of a refused allocation without an OOM kill)."""
+    def memory_events(self) -> tuple[int, int]:
+        """(refusals, kills) at the memory bound so far: allocations the bound refused (reclaim of page cache
+        counts too, so alone they prove nothing) and processes the kernel killed for it."""
         if "" in self.dirs:
             events = self.dirs[""] / "memory.events"
-            return _field(events, "max") + _field(events, "oom_kill")
+            return _field(events, "max"), _field(events, "oom_kill")
         d = self.dirs["memory"]
         try:
             failcnt = int((d / "memory.failcnt").read_text())
         except (OSError, ValueError):
             failcnt = 0
-        return failcnt + _field(d / "memory.oom_control", "oom_kill")  # v1 (oom_kill: kernel >= 4.13)
+        return failcnt, _field(d / "memory.oom_control", "oom_kill")  # v1 (oom_kill: kernel >= 4.13)
 
     def pids_events(self) -> int:
         """How often so far a fork or thread creation in the sandbox was refused at its process bound."""

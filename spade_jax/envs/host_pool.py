@@ -196,18 +196,21 @@ class _Worker:
             return CallResult.failure("crashed", f"{what}: worker channel error ({e})")
         return self._over_bounds(_from_reply(reply, method), bounds, what)
 
-    def _over_bounds(self, result: CallResult, before: tuple[int, int], what: str) -> CallResult:
-        """A call during which this sandbox ran into its total memory bound is the environment's memory failure,
-        whatever the call returned (its children, files or segments together went over it; the kernel refused
-        or killed for it); a crash or hang at its process bound says so."""
+    def _over_bounds(self, result: CallResult, before: tuple[int, int, int], what: str) -> CallResult:
+        """The environment's memory failure when the kernel killed a process of this sandbox for its total
+        memory bound during the call (whatever the call returned), or the call crashed or hung while the bound
+        refused memory (its children, files or segments together went over it); a crash or hang at the process
+        bound says so. Refusals alone are not enough: reclaiming page cache at the bound counts as one."""
         if self.proc.cgroup is None or result.error == "memory":
             return result
-        (mem0, pids0), (mem1, pids1) = before, self.proc.bound_events()
+        now = self.proc.bound_events()
+        refused, killed, forks = (b - a for a, b in zip(before, now))
+        failed = result.error in ("crashed", "timeout")
         limits = self.proc.cgroup.limits
-        if mem1 > mem0:
+        if killed or (refused and failed):
             bound = f"total memory bound ({limits.memory_mb} MB)"
             return CallResult.failure("memory", f"{what}: the sandbox went over its {bound}")
-        if pids1 > pids0 and result.error in ("crashed", "timeout"):
+        if forks and failed:
             return CallResult.failure("crashed", f"{what}: the sandbox went over its process bound ({limits.pids})")
         return result
 

@@ -148,11 +148,12 @@ class SandboxProcess:
         if self._on_kill:
             self._on_kill()
 
-    def bound_events(self) -> tuple[int, int]:
-        """How often this sandbox ran into its (memory, process) bounds so far; zeros without a cgroup."""
+    def bound_events(self) -> tuple[int, int, int]:
+        """How often this sandbox ran into its bounds so far: (memory refusals, OOM kills, process refusals);
+        zeros without a cgroup (see `cgroups.Cgroup`)."""
         if self.cgroup is None:
-            return 0, 0
-        return self.cgroup.memory_events(), self.cgroup.pids_events()
+            return 0, 0, 0
+        return (*self.cgroup.memory_events(), self.cgroup.pids_events())
 
 
 def _signal(pid: int, sig: int) -> None:
