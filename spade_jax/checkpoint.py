@@ -81,20 +81,39 @@ def _is_stray_read_error(u: Any) -> bool:
     if u.exc_type is RuntimeError and str(u.exc_value) == "Event loop is closed":
         return True
     code = getattr(u.object, "cr_code", None)
-    return (code is not None and "/orbax/" in code.co_filename) or _raised_in_orbax(u.exc_value)
+    return (code is not None and "/orbax/" in code.co_filename) or _is_store_error(u.exc_value)
+
+
+_STORE_WORDS = ("TensorStore", "OCDBT", "tensorstore")
+_failed_restores = [0]  # restores that raised in this process (their reads' leftovers are expected after)
+
+
+def _is_store_error(exc: BaseException | None) -> bool:
+    """An exception of a checkpoint read: raised through Orbax, or TensorStore's own (its futures carry no
+    Python frames, only a message naming the store)."""
+    if _raised_in_orbax(exc):
+        return True
+    for _ in range(8):
+        if exc is None:
+            return False
+        if any(w in str(exc) for w in _STORE_WORDS):
+            return True
+        exc = exc.__cause__ or exc.__context__
+    return False
 
 
 class _StrayReadTasks(logging.Filter):
-    """Drops asyncio's "Task/Future exception was never retrieved" pages for Orbax's reads (the same leftovers
-    of a failed restore, logged when the task or future is collected): those whose coroutine is Orbax's or
-    whose exception was raised through Orbax's code."""
+    """Drops asyncio's "Task/Future exception was never retrieved" pages for a failed restore's other reads
+    (logged when the task or future is collected, at a moment the garbage collector picks): those whose
+    coroutine is Orbax's or whose exception is a checkpoint read's, and after a restore failed in this process,
+    every one (nothing else here runs asyncio)."""
 
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = str(record.msg)
-        if not msg.startswith(("Task exception was never retrieved", "Future exception was never retrieved")):
+        msg = record.getMessage() if record.args else str(record.msg)
+        if "exception was never retrieved" not in msg:
             return True
         exc = record.exc_info[1] if record.exc_info else None
-        return not ("/orbax/" in msg or _raised_in_orbax(exc))
+        return not (_failed_restores[0] or "/orbax/" in msg or _is_store_error(exc))
 
 
 def _drop_stray_read_errors() -> None:
@@ -143,7 +162,11 @@ class Checkpointer:
         _drop_stray_read_errors()  # a damaged step's failed reads would print pages after the one error
         args = {name: ocp.args.StandardRestore(_abstract(t)) for name, t in templates.items()}
         args["meta"] = ocp.args.JsonRestore()
-        out = self._manager.restore(step, args=ocp.args.Composite(**args))
+        try:
+            out = self._manager.restore(step, args=ocp.args.Composite(**args))
+        except BaseException:
+            _failed_restores[0] += 1
+            raise
         trees = {name: out[name] for name in templates}
         return trees, dict(out["meta"])
 
