@@ -7,6 +7,7 @@ during an (async) save leaves the previous one as the latest.
 
 from __future__ import annotations
 
+import gc
 import logging
 import shutil
 import sys
@@ -108,12 +109,20 @@ class _StrayReadTasks(logging.Filter):
     coroutine is Orbax's or whose exception is a checkpoint read's, and after a restore failed in this process,
     every one (nothing else here runs asyncio)."""
 
+    def __init__(self) -> None:
+        super().__init__()
+        # bound now: the pages can come at interpreter exit, when module globals may already be cleared
+        self._failed, self._is_store_error = _failed_restores, _is_store_error
+
     def filter(self, record: logging.LogRecord) -> bool:
-        msg = record.getMessage() if record.args else str(record.msg)
-        if "exception was never retrieved" not in msg:
+        try:
+            msg = record.getMessage() if record.args else str(record.msg)
+            if "exception was never retrieved" not in msg:
+                return True
+            exc = record.exc_info[1] if record.exc_info else None
+            return not (self._failed[0] or "/orbax/" in msg or self._is_store_error(exc))
+        except Exception:  # a filter must never raise: that would print its own page
             return True
-        exc = record.exc_info[1] if record.exc_info else None
-        return not (_failed_restores[0] or "/orbax/" in msg or _is_store_error(exc))
 
 
 def _drop_stray_read_errors() -> None:
@@ -166,6 +175,7 @@ class Checkpointer:
             out = self._manager.restore(step, args=ocp.args.Composite(**args))
         except BaseException:
             _failed_restores[0] += 1
+            gc.collect()  # the other reads' futures go now, through the filter, not at interpreter exit
             raise
         trees = {name: out[name] for name in templates}
         return trees, dict(out["meta"])
