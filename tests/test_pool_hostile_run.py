@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 
 from spade_jax.envs import protocol
+from spade_jax.envs.cleanup import remove_tree
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.gates import Verdict, validate
 from spade_jax.envs.host_pool import CallResult, HostPool, _from_reply
 from spade_jax.envs.sandbox import SandboxConfig
 from spade_jax.envs.static_checks import check_static
-from spade_jax.envs.worker import remove_tree
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 RUN_ENDERS = ("surrogate_observation", "surrogate_exception", "huge_int_reward", "poisoned_info", "malformed_reply",

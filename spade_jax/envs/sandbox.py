@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from spade_jax.envs import cgroups, protocol, seccomp
-from spade_jax.envs.worker import remove_tree
+from spade_jax.envs.cleanup import remove_tree
 from spade_jax.shutdown import deferred
 
 log = logging.getLogger(__name__)
