@@ -188,7 +188,7 @@ def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir
                plays: int) -> dict[str, dict[str, Any]]:  # fmt: skip
     """Each run's final policy on `envs` (one build of the run's parts; parameters swapped per run), and how
     far its parameters moved from where both runs started (the warm-start checkpoint, else the initial model)."""
-    from spade_jax.loop import build
+    from spade_jax.parts import build
 
     parts = build(cfg, eval_dir)
     try:
@@ -422,10 +422,10 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from spade_jax.loop import _report_envs
     from spade_jax.metrics import read_metrics
     from spade_jax.overrides import apply_overrides
     from spade_jax.report import write_report
+    from spade_jax.report.envs import report_envs
     from spade_jax.run_config import load_run_config
     from spade_jax.selfplay.memory import Memory
 
@@ -468,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     print_tables(console, rows, fig)
 
     mem = Memory(dirs["trained"] / "memory.sqlite")
-    env_rows = _report_envs([dataclasses.asdict(r) for r in mem.attempts()])
+    env_rows = report_envs([dataclasses.asdict(r) for r in mem.attempts()])
     mem.close()
     everything = heldout.get("all", {})
     d = everything.get("difference", {})

@@ -8,9 +8,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spade_jax.envs.sandbox import LEVEL_CHOICES
 from spade_jax.overrides import ConfigError, apply_overrides, from_dict, to_dict
-from spade_jax.rl.advantages import ROLE_NORMS
-from spade_jax.rl.learner import LearnerConfig
+from spade_jax.rl.config import ROLE_NORMS, LearnerConfig
 from spade_jax.selfplay.config import (
     REFERENCE_OBSERVATION_TEMPLATE,
     TOOL_FORMATS,
@@ -22,7 +22,7 @@ from spade_jax.selfplay.config import (
     RolloutConfig,
     SelfPlayConfig,
 )
-from spade_jax.warmstart import WarmStartConfig
+from spade_jax.warmstart_config import WarmStartConfig
 
 # Seed environments kept out of training and memory, played only by the held-out evaluation.
 HELD_OUT_SEEDS = ("grid_maze", "memory_pairs", "ledger_settle", "date_offset")
@@ -54,6 +54,29 @@ class LoopConfig:
 
 
 @dataclass
+class SandboxLimits:
+    """Per-environment limits of the sandbox workers (envs.sandbox.SandboxConfig; the level and call timeout
+    are `RunConfig.sandbox` / `call_timeout_s`). 0 for the whole-sandbox bounds: automatic."""
+
+    load_timeout_s: float = 10.0
+    memory_mb: int = 512  # address space of one episode process
+    cpu_seconds: int = 60  # CPU time of one session
+    max_processes: int = 32  # processes of one episode's uid
+    tmp_mb: int = 64  # its private /tmp
+    sandbox_memory_mb: int = 0  # the whole sandbox (cgroup): every process, memfd and SysV segment together
+    sandbox_processes: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.load_timeout_s > 0:
+            raise ValueError(f"sandbox_limits.load_timeout_s={self.load_timeout_s}; expected > 0")
+        small = [k for k in ("memory_mb", "cpu_seconds", "max_processes", "tmp_mb") if getattr(self, k) < 1]
+        if small:
+            raise ValueError(f"sandbox_limits.{small[0]}={getattr(self, small[0])}; expected >= 1")
+        if self.sandbox_memory_mb < 0 or self.sandbox_processes < 0:
+            raise ValueError("sandbox_limits.sandbox_memory_mb and sandbox_processes must be >= 0 (0: automatic)")
+
+
+@dataclass
 class RunConfig:
     """Everything a run reads; saved as `config.json` in the run directory."""
 
@@ -65,10 +88,19 @@ class RunConfig:
     num_workers: int = 4  # sandboxed environment workers on this host
     sandbox: str = "auto"  # auto | gvisor | bwrap | process
     call_timeout_s: float = 5.0
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
     loop: LoopConfig = field(default_factory=LoopConfig)
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def __post_init__(self) -> None:  # checked when loaded, not when the pool starts after the model loaded
+        if self.sandbox not in LEVEL_CHOICES:
+            raise ValueError(f"sandbox={self.sandbox!r}; expected one of {LEVEL_CHOICES}")
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers={self.num_workers}; expected >= 1")
+        if not self.call_timeout_s > 0:
+            raise ValueError(f"call_timeout_s={self.call_timeout_s}; expected > 0")
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=True)

@@ -50,7 +50,8 @@ from spade_jax.envs.base import GameEnv
 
 
 class ParityGame(GameEnv):
-    """Win when the reply has an even number of characters (a coin flip for a random policy)."""
+    """Win when the reply has an even number of characters and no box: a coin flip for a tiny model's random
+    text, while a boxed reply (what the self-play audit's no-op and random plays send) always loses."""
 
     KIND = "game"
     SKILL = "pattern recognition"
@@ -60,6 +61,6 @@ class ParityGame(GameEnv):
         return "Reply with \\\\boxed{word}. You win if the word has an even number of letters."
 
     def handle(self, action: str):  # judged on the raw reply: a random tiny model rarely writes \\boxed{}
-        won = len(action) % 2 == 0
+        won = len(action) % 2 == 0 and "boxed" not in action
         return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
 '''

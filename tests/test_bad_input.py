@@ -101,6 +101,17 @@ def test_sample_settings_out_of_range(flag: str, value: str) -> None:
         _check_args(args)
 
 
+@pytest.mark.parametrize(
+    ("override", "expected"),
+    [("num_workers=0", "expected >= 1"), ("call_timeout_s=0", "expected > 0"),
+     ("selfplay.audit.random_plays=-1", "expected an int >= 0"),
+     ("sandbox_limits.memory_mb=0", "memory_mb=0; expected >= 1")],
+)  # fmt: skip
+def test_run_numbers_out_of_range(override: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected):
+        load_run_config("tiny", [override])
+
+
 def test_unknown_reward_kind_before_any_step(tmp_path) -> None:
     line = _selfplay(tmp_path, "selfplay.reward.kind=bogus")
     assert "selfplay.reward.kind" in line and "expected one of" in line
@@ -111,6 +122,7 @@ def test_unknown_reward_kind_before_any_step(tmp_path) -> None:
     [
         "selfplay.hints.source=bogus",  # was taken silently: no hints at all
         "selfplay.rollout.action_parsing=bogus",  # was refused only when the rollout engine was built
+        "sandbox=bogus",  # was refused only when the pool started, after the model had loaded
     ],
 )
 def test_choice_fields_are_checked_in_the_config(override: str) -> None:

@@ -43,7 +43,7 @@ from flax import nnx
 
 import spade_jax.selfplay.designer as designer_module
 from spade_jax.envs.novelty import NoveltyIndex, NoveltyResult
-from spade_jax.loop import train_on
+from spade_jax.learn import train_on
 from spade_jax.rl.batch import DESIGNER, Sample, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
 from spade_jax.run_config import LoopConfig

@@ -15,10 +15,10 @@ import pytest
 
 from spade_jax.envs.seeds import list_seeds, load_seed_source
 from spade_jax.envs.variants import make_variants
-from spade_jax.loop import _report_envs, band_stats
+from spade_jax.learn import band_stats
 from spade_jax.metrics import MetricsLogger, read_metrics
 from spade_jax.report import KEY_PANELS, plot_metrics, write_report
-from spade_jax.report.envs import by_regret, first_last
+from spade_jax.report.envs import by_regret, first_last, report_envs
 from spade_jax.report.plots import CONTROL_SUFFIX
 from spade_jax.selfplay.memory import Memory
 
@@ -59,7 +59,7 @@ def run(tmp_path: Path):
                                ("seed-nim_duel", 0.0, -0.2)):  # fmt: skip
         mem.update_stats(env_id, win_rate_no_hint=wr, win_rate_hint=min(1.0, wr + regret), regret=regret,
                          designer_reward=0.7, plays=4)  # fmt: skip
-    envs = _report_envs([dataclasses.asdict(r) for r in mem.attempts()])
+    envs = report_envs([dataclasses.asdict(r) for r in mem.attempts()])
     mem.close()
     ids = {"first": first.id, "bad": bad.id, "child": child.id, "last": last.id, "parent": "seed-number_target"}
     return run_dir, control_dir, envs, ids

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import spade_jax.loop as loop
+import spade_jax.learn as learn
 from spade_jax.rl.batch import DEFAULT_BATCH_BUCKETS, Sample, bucket, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
 from spade_jax.run_config import RUN_PRESETS, RunConfig
@@ -20,7 +20,7 @@ def _long(n: int, role: int = 1, advantage: float = 1.0) -> Sample:
 
 
 def test_buckets_cover_max_total_len():
-    from spade_jax.rl.batch import length_buckets_for
+    from spade_jax.rl.config import length_buckets_for
 
     assert length_buckets_for(32768) == (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
     assert length_buckets_for(4096)[-1] == 4096 and length_buckets_for(5000)[-2:] == (4096, 5120)
@@ -64,9 +64,9 @@ def test_train_on_takes_a_sample_past_16k_tokens(monkeypatch):
     is dropped and counted (before the fix: ValueError out of the loop)."""
     cfg = RUN_PRESETS["paper-qwen3-4b"]()
     samples = [_long(16_400), _long(cfg.max_total_len + 1), _long(500, role=0)]
-    monkeypatch.setattr(loop, "to_train_samples", lambda batch, *_: (list(batch), {"train/samples": 3.0}))
+    monkeypatch.setattr(learn, "to_train_samples", lambda batch, *_: (list(batch), {"train/samples": 3.0}))
     learner = _RecordingLearner()
-    stats = loop.train_on(_parts(cfg, learner), samples)
+    stats = learn.train_on(_parts(cfg, learner), samples)
     assert stats["train/dropped_too_long"] == 1.0 and stats["train/skipped"] == 0.0
     assert learner.shapes == [(2, 32768)]  # one row per role
 
@@ -77,11 +77,11 @@ def test_tiny_model_drops_a_sample_longer_than_max_total_len(monkeypatch):
     short = [Sample(rng.integers(1, 40, 5).tolist(), rng.integers(1, 40, 8).tolist(), advantage=a, role=0)
              for a in (1.0, -1.0)]  # fmt: skip
     too_long = Sample([3] * 200, [4] * 57, advantage=1.0, role=0)  # 257 > 256
-    monkeypatch.setattr(loop, "to_train_samples", lambda batch, *_: (list(batch), {}))
+    monkeypatch.setattr(learn, "to_train_samples", lambda batch, *_: (list(batch), {}))
     learner = Learner(_model(), cfg.learner)
-    stats = loop.train_on(_parts(cfg, learner), [*short, too_long])
+    stats = learn.train_on(_parts(cfg, learner), [*short, too_long])
     assert stats["train/dropped_too_long"] == 1.0 and stats["train/skipped"] == 0.0
     assert stats["train/tokens"] == 16.0  # the two short completions only
-    only_long = loop.train_on(_parts(cfg, learner), [too_long])
+    only_long = learn.train_on(_parts(cfg, learner), [too_long])
     assert only_long["train/dropped_too_long"] == 1.0 and only_long["train/skipped"] == 1.0
     assert pack_sequences(short, length_buckets=cfg.learner.length_buckets_for(256)).tokens.shape[1] == 128

@@ -130,6 +130,5 @@ def test_selfplay_step_end_to_end(pool, smollm, tmp_path):
     stored = sp.memory.get(env["env_id"])
     assert stored.win_rate_no_hint == env["win_rate_no_hint"] and stored.plays == 2
     assert (tmp_path / "memory.sqlite").exists()
-    for s in batch.samples:
-        assert len(s.token_ids) == len(s.loss_mask) == len(s.token_logprobs)
-        assert s.loss_mask[: len(s.prompt_ids)].sum() == 0
+    for s in batch.samples:  # one mask entry and one log-prob per completion token; the policy's own tokens
+        assert len(s.completion_ids) == len(s.completion_mask) == len(s.logprobs) and sum(s.completion_mask) > 0

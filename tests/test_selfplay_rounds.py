@@ -13,7 +13,7 @@ from players import ReplayDesigner, bisect_or_guess
 
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
-from spade_jax.loop import to_train_samples
+from spade_jax.learn import to_train_samples
 from spade_jax.run_config import LoopConfig
 from spade_jax.selfplay.batch import SelfPlayBatch, SelfPlaySample
 from spade_jax.selfplay.config import (

@@ -9,7 +9,7 @@ import argparse
 import json
 from pathlib import Path
 
-SANDBOX_LEVELS = ("auto", "gvisor", "bwrap", "process")
+from spade_jax.envs.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-SANDBOX_LEVELS = ("auto", "gvisor", "bwrap", "process")
+from spade_jax.envs.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

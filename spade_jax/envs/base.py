@@ -14,6 +14,8 @@ import random
 import re
 from typing import Any
 
+from spade_jax.envs.outcome import is_win
+
 __all__ = [
     "ContractError",
     "GameEnv",
@@ -269,7 +271,7 @@ class TextEnv:
         self.episode_return = max(-1.0, min(1.0, self.episode_return + reward))
         truncated = False
         if terminated:
-            self.won = self.episode_return >= 0.999
+            self.won = is_win(self.episode_return)
         elif self.turn >= self.max_turns:
             truncated = True
             obs = f"{obs}\nOut of turns ({self.max_turns}). You lose.".lstrip()
@@ -530,7 +532,7 @@ class ToolEnv(TextEnv):
             reward = verdict  # step() checks the range; float() here would raise OverflowError on 10**400
         else:
             raise ContractError(f"check_answer() must return bool or a number, got {type(verdict).__name__}")
-        msg = "Correct. Task complete." if reward >= 0.999 else "Incorrect. Task failed."
+        msg = "Correct. Task complete." if is_win(reward) else "Incorrect. Task failed."
         return msg, reward, True
 
     def format_reminder(self) -> str:
@@ -612,7 +614,7 @@ class ReasoningEnv(TextEnv):
         if not isinstance(verdict, bool | int | float):
             raise ContractError(f"check_answer() must return bool, got {type(verdict).__name__}")
         self.attempts += 1
-        if verdict >= 0.999:  # not float(): an int beyond the float range would raise OverflowError
+        if is_win(verdict):  # not float(): an int beyond the float range would raise OverflowError
             return self.win("Correct!")
         if self.attempts >= self.MAX_ATTEMPTS:
             return self.lose("Incorrect.")

@@ -6,6 +6,7 @@ tests run against the gates and the base classes.
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path
 
@@ -13,7 +14,7 @@ from spade_jax.envs.base import KINDS
 
 __all__ = [
     "ALLOWED_IMPORTS", "CONTRACTS", "CONTRACT_TEXT", "CONTRACT_TEXT_SHORT", "KINDS", "SKILLS", "TOOL_DOMAINS",
-    "contract_examples", "contract_text",
+    "class_attrs", "contract_examples", "contract_text",
 ]  # fmt: skip
 
 CONTRACT_PATH = Path(__file__).with_name("contract.md")
@@ -82,3 +83,24 @@ def contract_examples() -> dict[str, str]:
     for kind, code in re.findall(r"## Example: (\w+)\n\n```python\n(.*?)```", CONTRACT_TEXT, re.S):
         out[kind] = code
     return out
+
+
+def class_attrs(source: str, where: str, required: tuple[str, ...] = ("KIND",)) -> dict[str, str]:
+    """The string class attributes (KIND, SKILL, NAME, ...) of the first top-level class that defines all of
+    `required`, read without running the code; ValueError naming `where` when the source does not parse or has
+    no such class."""
+    try:
+        tree = ast.parse(source, filename=where)
+    except SyntaxError as e:
+        raise ValueError(f"{where}: not valid Python ({e.msg}, line {e.lineno})") from None
+    for node in tree.body:
+        if isinstance(node, ast.ClassDef):
+            attrs = {
+                s.targets[0].id: s.value.value
+                for s in node.body
+                if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+                and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+            }  # fmt: skip
+            if set(required) <= attrs.keys():
+                return attrs
+    raise ValueError(f"{where}: no environment class with {' and '.join(required)} string attributes")

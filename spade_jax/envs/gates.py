@@ -25,6 +25,7 @@ from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
 from spade_jax.envs.outcome import episode_outcome
 from spade_jax.envs.probes import MALFORMED_ACTIONS, GenericPolicy, guess_kind, noop_action
 from spade_jax.envs.static_checks import StaticConfig, check_static
+from spade_jax.interfaces import EnvPool, EnvSessionLike
 
 __all__ = ["GATES", "GateConfig", "Verdict", "validate", "validate_static"]
 
@@ -130,7 +131,7 @@ def _call_error(what: str, result: Any, timeout_s: float | None) -> str:
 class _Runner:
     """Wraps a HostPool session: every call is checked, failures become _GateFail for the current gate."""
 
-    def __init__(self, session: Any, config: GateConfig, timeout_s: float | None, deadline: float):
+    def __init__(self, session: EnvSessionLike, config: GateConfig, timeout_s: float | None, deadline: float):
         self.s, self.cfg, self.timeout_s, self.deadline = session, config, timeout_s, deadline
         self.gate = "load"
         self.calls = 0
@@ -317,6 +318,8 @@ def _gate_termination(run: _Runner, cfg: GateConfig, details: dict) -> None:
     for policy in ("noop", "repeat", "generic"):
         ep = _play(run, cfg.seed("termination"), policy, random.Random(policy), cfg.max_turns)
         _check_ends(run, ep, cfg, {"noop": "no-op", "repeat": "repeated", "generic": "random"}[policy])
+        if policy == "noop" and ep.won:
+            run.fail(f"a no-op reply ({ep.actions[0]}) wins the episode: any reply wins")
         details[f"{policy}_episode_steps"] = ep.steps
 
 
@@ -408,7 +411,7 @@ def validate_static(source: str, *, config: GateConfig = GateConfig()) -> Verdic
 
 def validate(
     source: str,
-    pool: Any,
+    pool: EnvPool,
     *,
     archive: Mapping[str, str] | Iterable[str] | NoveltyIndex = (),
     config: GateConfig = GateConfig(),

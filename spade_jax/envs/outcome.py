@@ -15,9 +15,14 @@ import numbers
 from collections.abc import Sequence
 from typing import Any
 
-__all__ = ["WIN_THRESHOLD", "episode_outcome"]
+__all__ = ["WIN_THRESHOLD", "episode_outcome", "is_win"]
 
 WIN_THRESHOLD = 0.999
+
+
+def is_win(value: float) -> bool:
+    """Whether a return (or a check_answer verdict) counts as a win: >= WIN_THRESHOLD."""
+    return value >= WIN_THRESHOLD
 
 
 def episode_outcome(rewards: Sequence[Any], terminated: bool) -> tuple[float, bool]:
@@ -33,4 +38,4 @@ def episode_outcome(rewards: Sequence[Any], terminated: bool) -> tuple[float, bo
     except OverflowError:  # an int beyond the float range, e.g. 10**400
         last = 0.0
     ret = max(-1.0, min(1.0, last)) if math.isfinite(last) else 0.0
-    return ret, ret >= WIN_THRESHOLD
+    return ret, is_win(ret)

@@ -37,6 +37,7 @@ from spade_jax.shutdown import deferred
 log = logging.getLogger(__name__)
 
 LEVELS = ("gvisor", "bwrap", "process")
+LEVEL_CHOICES = ("auto", *LEVELS)  # what a config or --sandbox may name ("auto": the strongest available)
 PKG_ROOT_IN_SANDBOX = "/opt/spade"
 _BOOT = "import sys; sys.path[0:1] = [{root!r}]; from spade_jax.envs.worker import main; main(sys.argv[1])"
 _TOP_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")

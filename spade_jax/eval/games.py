@@ -12,6 +12,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from spade_jax.envs.outcome import is_win
 from spade_jax.eval.core import EvalContext, ItemResult, SuiteResult
 from spade_jax.eval.metrics import mean
 
@@ -133,7 +134,7 @@ class GamesSuite:
         results = [
             ItemResult(
                 f"{g.game}#{g.seed}",
-                [g.reward is not None and g.reward >= 0.999],
+                [g.reward is not None and is_win(g.reward)],
                 prediction=g.turns,
                 reference=g.game,
                 error=g.error,

@@ -12,9 +12,10 @@
 
 from __future__ import annotations
 
-import ast
 from dataclasses import dataclass
 from pathlib import Path
+
+from spade_jax.envs.contract import class_attrs
 
 __all__ = ["EnvSpec", "POOLS", "load_pool", "reasoning_gym_sources"]
 
@@ -55,29 +56,11 @@ class EnvSpec:
     skill: str
 
 
-def _class_attrs(source: str, where: str) -> dict[str, str]:
-    try:
-        tree = ast.parse(source, filename=where)
-    except SyntaxError as e:
-        raise ValueError(f"{where}: not valid Python ({e.msg}, line {e.lineno})") from None
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            attrs = {
-                s.targets[0].id: s.value.value
-                for s in node.body
-                if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
-            }  # fmt: skip
-            if "KIND" in attrs:
-                return attrs
-    raise ValueError(f"{where}: no environment class with a KIND attribute")
-
-
 def _from_files(paths: list[Path]) -> list[EnvSpec]:
     specs = []
     for path in paths:
         source = path.read_text(encoding="utf-8")
-        attrs = _class_attrs(source, str(path))
+        attrs = class_attrs(source, str(path))
         specs.append(EnvSpec(attrs.get("NAME") or path.stem, source, attrs["KIND"], attrs.get("SKILL", "")))
     return specs
 

@@ -1,7 +1,7 @@
 """The report's environment sections: a browser sorted by regret (mutations linked to their parents and
 back), and the run's first and last generated environments side by side.
 
-Rows are memory rows (`EnvRecord` fields as dicts, as `loop._report_envs` passes them): id, code, name, kind,
+Rows are memory rows (`EnvRecord` fields as dicts, as `report_envs` makes them from the memory): id, code, name, kind,
 skill, origin, mutation_of, parent_id, win rates, regret, designer_reward, step, plays, verdict_*.
 """
 
@@ -164,3 +164,14 @@ def side_by_side(envs: list[dict[str, Any]]) -> str:
         for title, env in cols
     ]
     return f"<div class=pair>{''.join(parts)}</div>"
+
+
+def report_envs(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Memory rows in the report's vocabulary (newest designer output first, seeds last)."""
+    out = []
+    for r in sorted(rows, key=lambda r: (r.get("origin") == "seed", -(r.get("step") or 0))):
+        gate, reason = r.get("verdict_gate"), r.get("verdict_reason")
+        verdict = "valid" if r.get("verdict_valid") else f"rejected at {gate}: {reason}"
+        out.append({**r, "name": r.get("name") or r["id"], "verdict": verdict,
+                    "win_rate_nohint": r.get("win_rate_no_hint")})  # fmt: skip
+    return out

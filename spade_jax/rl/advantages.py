@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-ROLE_NORMS = ("none", "std")
+from spade_jax.rl.config import ROLE_NORMS
 
 
 def group_advantages(

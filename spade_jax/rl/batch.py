@@ -19,11 +19,12 @@ import flax.struct
 import jax
 import numpy as np
 
+from spade_jax.sampling.buckets import DEFAULT_BATCH_BUCKETS
+
 AGENT, DESIGNER = 0, 1
 ROLE_NAMES = {AGENT: "agent", DESIGNER: "designer"}
 
 DEFAULT_LENGTH_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
-DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
 
 @flax.struct.dataclass
@@ -89,19 +90,6 @@ def bucket(n: int, buckets: Sequence[int]) -> int:
             return b
     top = max(buckets)
     return -(-n // top) * top
-
-
-def length_buckets_for(max_len: int, smallest: int = 128) -> tuple[int, ...]:
-    """Learner row lengths that cover samples up to `max_len` tokens (a run's `max_total_len`): powers of two
-    from `smallest` below it, then `max_len` rounded up to a multiple of 128 as the largest bucket."""
-    if max_len < 1:
-        raise ValueError(f"max_len must be positive, got {max_len}")
-    top = -(-max_len // 128) * 128
-    out, n = [], smallest
-    while n < top:
-        out.append(n)
-        n *= 2
-    return (*out, top)
 
 
 def split_trainable(samples: Sequence[Sample | Mapping[str, Any]], max_len: int) -> tuple[list[Any], int]:

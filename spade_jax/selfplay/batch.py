@@ -9,11 +9,8 @@ for the designer (as in the reference, which centres designer rewards per skill 
 
 from __future__ import annotations
 
-from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
-
-import numpy as np
 
 __all__ = ["ROLES", "SelfPlayBatch", "SelfPlaySample"]
 
@@ -48,22 +45,6 @@ class SelfPlaySample:
     def role_id(self) -> int:
         return ROLES.index(self.role)
 
-    @property
-    def token_ids(self) -> np.ndarray:
-        """Prompt and completion as one int32 array."""
-        return np.asarray([*self.prompt_ids, *self.completion_ids], np.int32)
-
-    @property
-    def loss_mask(self) -> np.ndarray:
-        """int8 mask over `token_ids`: 0 on the prompt, then the completion mask."""
-        return np.asarray([0] * len(self.prompt_ids) + list(self.completion_mask), np.int8)
-
-    @property
-    def token_logprobs(self) -> np.ndarray:
-        """float32 sampler log-probs aligned with `token_ids` (0 where the mask is 0)."""
-        lp = np.asarray(self.logprobs, np.float32) * np.asarray(self.completion_mask, np.float32)
-        return np.concatenate([np.zeros(len(self.prompt_ids), np.float32), lp])
-
     def __len__(self) -> int:
         return len(self.prompt_ids) + len(self.completion_ids)
 
@@ -79,25 +60,6 @@ class SelfPlayBatch:
 
     def by_role(self, role: str) -> list[SelfPlaySample]:
         return [s for s in self.samples if s.role == role]
-
-    @property
-    def rewards(self) -> np.ndarray:
-        return np.asarray([s.reward for s in self.samples], np.float32)
-
-    @property
-    def group_ids(self) -> list[str]:
-        return [s.group_id for s in self.samples]
-
-    @property
-    def role_ids(self) -> np.ndarray:
-        return np.asarray([s.role_id for s in self.samples], np.int32)
-
-    def groups(self) -> dict[str, list[int]]:
-        """Sample indices per group id."""
-        out: dict[str, list[int]] = defaultdict(list)
-        for i, s in enumerate(self.samples):
-            out[s.group_id].append(i)
-        return dict(out)
 
     def extend(self, other: SelfPlayBatch) -> SelfPlayBatch:
         """Appends another batch (samples, env rows; stats are merged, later values win)."""

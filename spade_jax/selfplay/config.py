@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 __all__ = [
     "REFERENCE_OBSERVATION_TEMPLATE",
+    "AuditConfig",
     "CorpusConfig",
     "DesignerConfig",
     "HintConfig",
@@ -223,12 +224,27 @@ class RewardConfig:
     lp_gamma_slow: float = 0.85
     min_plays_fraction: float = 0.5
     timeout_reward: float = -0.5
+    violation_reward: float = -0.5  # an environment that broke its contract on the training seeds (audit.py)
 
     def __post_init__(self) -> None:
         if self.kind not in REWARD_KINDS:
             raise ValueError(f"reward.kind={self.kind!r}; expected one of {REWARD_KINDS}")
         if not 0.0 <= self.lp_gamma_slow < self.lp_gamma_fast <= 1.0:
             raise ValueError("reward: need 0 <= lp_gamma_slow < lp_gamma_fast <= 1")
+
+
+@dataclass
+class AuditConfig:
+    """Re-checks of every environment on the seeds it is trained on, at its round's first step (audit.py):
+    a no-op play on each, random plays on the first `random_plays` (the first one twice); a violation earns the designer
+    `reward.violation_reward` and retires the environment."""
+
+    enabled: bool = True
+    random_plays: int = 4
+
+    def __post_init__(self) -> None:
+        if self.random_plays < 0:
+            raise ValueError(f"audit.random_plays={self.random_plays!r}; expected an int >= 0")
 
 
 def _check_kinds(kinds: tuple[str, ...]) -> None:
@@ -275,6 +291,7 @@ class SelfPlayConfig:
     hints: HintConfig = field(default_factory=HintConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
+    audit: AuditConfig = field(default_factory=AuditConfig)
 
     @classmethod
     def cpu(cls) -> SelfPlayConfig:

@@ -5,7 +5,10 @@ At a round's first step each environment is played K times with its hint and K t
 round's other steps K times without. Play k of both conditions uses the same reset seed, which removes the
 seed variance from the regret. An environment whose step() hangs is the designer's fault: the hung episode
 is discarded (never trained), the environment is retired for the rest of its round and its design earns the
-timeout reward. A round's designs are trained `designer_delay` steps later on the window's measurements
+timeout reward. At the round's first step every environment is also audited on the agent's own seeds
+(audit.py); one that broke its contract there, or in the agent's plays, is retired from the round and the
+archive, none of its plays of the step is trained, and its design earns the violation reward.
+A round's designs are trained `designer_delay` steps later on the window's measurements
 (window.py). When too few designs are valid (a small model early on), the step is filled with environments
 from the archive so the agent always has something to play.
 """
@@ -19,10 +22,11 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any
 
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
 from spade_jax.envs.gates import GateConfig
+from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
+from spade_jax.selfplay.audit import Auditor, AuditResult
 from spade_jax.selfplay.batch import SelfPlayBatch, SelfPlaySample
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import Corpus
@@ -80,9 +84,9 @@ class SelfPlay:
         self,
         config: SelfPlayConfig,
         *,
-        sampler: Any,
-        tokenizer: Any,
-        pool: Any,
+        sampler: SamplerLike | None,
+        tokenizer: TokenizerLike,
+        pool: EnvPool,
         run_dir: str | Path | None = None,
         memory: Memory | None = None,
         corpus: Corpus | None = None,
@@ -111,6 +115,11 @@ class SelfPlay:
         )  # fmt: skip
         self.engine = RolloutEngine(
             pool, self.policy, tokenizer, config.rollout, max_context=context, hint_template=config.hints.template
+        )
+        self.auditor = (
+            Auditor(pool, random_plays=config.audit.random_plays, max_turns=config.rollout.max_turns)
+            if config.audit.enabled
+            else None
         )
         self.progress = LearningProgress(config.reward.lp_gamma_fast, config.reward.lp_gamma_slow)
         self.rng = random.Random(config.seed)
@@ -242,9 +251,10 @@ class SelfPlay:
         if rnd is None or not all(e.env_id in rnd.envs for e in envs):
             rnd = adhoc = self.open_round(step, envs, [])
         result = self.play(envs, step, hinted=step == rnd.start) if envs else RolloutResult([])
-        hung = self._record(rnd, result, step)
-        self.current = [e for e in self.current if e.env_id not in hung]
-        batch = SelfPlayBatch(samples=self._agent_samples(result, step))
+        audits = self.audit(envs, step) if step == rnd.start else {}
+        hung, broken = self._record(rnd, result, step, audits)
+        self.current = [e for e in self.current if e.env_id not in hung | broken]
+        batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken))
         closing = [r for r in self.rounds if final or r is adhoc or r.due(step, self.config.designer_delay)]
         self.rounds = [r for r in self.rounds if r not in closing]
         scores: dict[str, RoundScore] = {}
@@ -254,17 +264,35 @@ class SelfPlay:
         batch.designer_scale = self.designer_scale(n_agent, len(batch.by_role("designer")))
         batch.envs = [{"env_id": env_id, **_score_row(sc)} for env_id, sc in scores.items()]
         batch.stats = self._stats(result, designs, scores, hung, batch)
+        batch.stats.update(_audit_stats(audits, broken))
         return batch
 
-    def _record(self, rnd: Round, result: RolloutResult, step: int) -> set[str]:
+    def audit(self, envs: Sequence[PlayableEnv], step: int) -> dict[str, AuditResult]:
+        """Audits of `envs` on the reset seeds the agent plays at `step` (empty when audits are off)."""
+        if self.auditor is None or not envs:
+            return {}
+        n = self.config.plays_per_condition
+        return self.auditor.run([(e.env_id, e.source, [episode_seed(e.env_id, step, k) for k in range(n)],
+                                  e.env_hint) for e in envs])  # fmt: skip
+
+    def _record(self, rnd: Round, result: RolloutResult, step: int,
+                audits: dict[str, AuditResult]) -> tuple[set[str], set[str]]:  # fmt: skip
         """Adds a step's plays to the round's windows (and the running figures to the memory); returns the
-        environments that hung, which are retired from the rest of the round."""
+        environments that hung and those that broke their contract (audits, plays), both retired from the rest
+        of the round; the latter leave the archive too."""
         offset = step - rnd.start
-        hung, played = set(), Counter()
+        hung, broken, played = set(), set(), Counter()
+        for env_id, audit in audits.items():
+            if audit.violation and env_id in rnd.envs:
+                rnd.envs[env_id].violations.append(audit.violation)
+                broken.add(env_id)
         for ep in result.episodes:
             env = rnd.envs.get(ep.env_id)
             if env is None:
                 continue
+            if ep.violation:
+                env.violations.append(ep.violation)
+                broken.add(ep.env_id)
             if ep.end_reason == "timeout":
                 env.timeouts += 1
                 hung.add(ep.env_id)
@@ -292,13 +320,18 @@ class SelfPlay:
             self.memory.update_stats(env_id, win_rate_hint=st.win_rate_hint if hinted else None,
                                      win_rate_no_hint=st.win_rate, return_hint=st.return_hint if hinted else None,
                                      return_no_hint=st.return_no_hint, regret=st.regret, plays=n)  # fmt: skip
-        return hung
+        for env_id in broken:
+            self.memory.retire(env_id)
+        return hung, broken
 
-    def _agent_samples(self, result: RolloutResult, step: int) -> list[SelfPlaySample]:
-        """The agent role's samples: kept, finished plays (never those of an environment that hung)."""
+    def _agent_samples(self, result: RolloutResult, step: int, exclude: set[str] = frozenset()) -> list[SelfPlaySample]:
+        """The agent role's samples: kept, finished plays (never a hung one, nor any play of the step of an
+        environment in `exclude`: one that broke its contract)."""
         out = []
         for ep in result.kept:
-            if ep.end_reason == "timeout" or (ep.condition == HINT and not self.config.train_agent_on_hinted):
+            if ep.env_id in exclude or ep.end_reason == "timeout":
+                continue
+            if ep.condition == HINT and not self.config.train_agent_on_hinted:
                 continue
             if not ep.completion_ids or not ep.prompt_ids:
                 continue
@@ -411,8 +444,25 @@ class SelfPlay:
 
     def close(self) -> None:
         self.engine.close()
+        if self.auditor is not None:
+            self.auditor.close()
 
 
 def _score_row(sc: RoundScore) -> dict:
     """An environment's window measurement as a flat row (logs, reports)."""
-    return {"designer_reward": sc.reward, "hint_status": sc.hint_status, "timeouts": sc.timeouts, **asdict(sc.stats)}
+    return {"designer_reward": sc.reward, "hint_status": sc.hint_status, "timeouts": sc.timeouts,
+            "violation": sc.violation, **asdict(sc.stats)}  # fmt: skip
+
+
+def _audit_stats(audits: dict[str, AuditResult], broken: set[str]) -> dict[str, float]:
+    """The step's audit counters: environments audited, audit episodes, inconclusive audits, and environments
+    retired for a broken contract (audits and plays)."""
+    if not audits and not broken:
+        return {}
+    return {
+        "audit/envs": float(len(audits)),
+        "audit/episodes": float(sum(a.episodes for a in audits.values())),
+        "audit/inconclusive": float(sum(bool(a.inconclusive) for a in audits.values())),
+        "audit/random_wins": float(sum(a.random_wins for a in audits.values())),
+        "env/retired_broken": float(len(broken)),
+    }

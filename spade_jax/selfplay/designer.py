@@ -21,6 +21,7 @@ from typing import Any
 
 from spade_jax.envs.contract import contract_text
 from spade_jax.envs.gates import GateConfig, Verdict, validate
+from spade_jax.interfaces import EnvPool, GroundingCorpus, SamplerLike, TokenizerLike
 from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
 from spade_jax.selfplay.memory import EnvRecord, Memory
@@ -262,13 +263,13 @@ class Designer:
 
     def __init__(
         self,
-        sampler: Any,
-        tokenizer: Any,
-        pool: Any,
+        sampler: SamplerLike,
+        tokenizer: TokenizerLike,
+        pool: EnvPool,
         memory: Memory,
         config: DesignerConfig = DesignerConfig(),
         *,
-        corpus: Any = None,
+        corpus: GroundingCorpus | None = None,
         gate_config: GateConfig = GateConfig(),
         exemplars: tuple[int, int] = (2, 1),
         exemplar_max_chars: int = 4000,

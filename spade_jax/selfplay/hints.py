@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spade_jax.interfaces import SamplerLike, TokenizerLike
 from spade_jax.selfplay.config import HintConfig
 
 __all__ = ["HINT_REASONS", "HintResult", "HintWriter", "clean_hint", "defines_hint", "hint_messages", "inject_hint"]
@@ -123,7 +124,8 @@ class HintWriter:
 
     `counts` accumulates the reasons of every item written (see `stats()`)."""
 
-    def __init__(self, sampler: Any, tokenizer: Any, config: HintConfig = HintConfig(), *, context_len: int = 4096):
+    def __init__(self, sampler: SamplerLike | None, tokenizer: TokenizerLike, config: HintConfig = HintConfig(), *,
+                 context_len: int = 4096):  # fmt: skip
         self.sampler, self.tokenizer, self.config = sampler, tokenizer, config
         self.context_len = context_len
         self.counts: Counter = Counter()

@@ -4,6 +4,7 @@ Every designer attempt is a row (valid or not, with its gate verdict). Valid env
 bounded to `capacity`; eviction rule: when an add pushes the archive over capacity, the entry made at the
 earliest step leaves first (ties: the one added first), so the archive is a FIFO window over the run. Evicted
 rows stay in the table with status 'evicted' (history is kept) but are no longer exemplars or novelty targets.
+An environment that broke its contract on the training seeds (selfplay/audit.py) is 'retired' the same way.
 
 Exemplars (DESIGN.md): positives have an unhinted win rate in [0.15, 0.85], ranked by regret, and n are
 sampled from the top max(3n, 10); negatives have a win rate > 0.9 or < 0.1. Entries of the target skill are
@@ -210,6 +211,14 @@ class Memory:
             if cur.rowcount == 0:
                 raise KeyError(f"memory: no environment {env_id!r}")
 
+    def retire(self, env_id: str) -> None:
+        """Takes an environment out of the archive (status 'retired', history kept): it broke its contract on
+        the training seeds. Unknown ids are ignored (environments outside the memory are not archived)."""
+        with self._lock, self._db:
+            cur = self._db.execute("UPDATE envs SET status = 'retired' WHERE id = ? AND status = 'valid'", (env_id,))
+            if cur.rowcount:
+                self.novelty.remove(env_id)
+
     def seed_from_library(self, seeds: Iterable | None = None) -> int:
         """Adds the hand-written seed environments (origin 'seed', step -1) once; returns how many were added.
         `seed_names` picks which; with `seed_difficulty="easiest"` a seed with a variant table enters as its
@@ -394,7 +403,12 @@ class Memory:
 
     def summary(self) -> dict:
         """Counts for logging."""
-        return {"archive": self.count("valid"), "invalid": self.count("invalid"), "evicted": self.count("evicted")}
+        return {
+            "archive": self.count("valid"),
+            "invalid": self.count("invalid"),
+            "evicted": self.count("evicted"),
+            "retired": self.count("retired"),
+        }
 
     def export_jsonl(self, path: str | Path) -> None:
         """Writes every row as one JSON object per line (for reports)."""

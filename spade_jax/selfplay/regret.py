@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from spade_jax.envs.outcome import is_win
 from spade_jax.selfplay.config import RewardConfig
 
 __all__ = [
@@ -65,11 +66,11 @@ def measure_regret(
 ) -> RegretStats:
     """Regret from the returns of the (non-discarded) hinted and unhinted episodes of one environment.
 
-    Wins default to `return >= 1`. `measured` is False when either condition kept fewer than
+    Wins default to `envs.outcome.is_win(return)`. `measured` is False when either condition kept fewer than
     `min_plays_fraction * expected_plays` episodes (or none at all): such an environment earns no reward.
     """
-    hint_wins = [r >= 0.999 for r in hint_returns] if hint_wins is None else list(hint_wins)
-    no_hint_wins = [r >= 0.999 for r in no_hint_returns] if no_hint_wins is None else list(no_hint_wins)
+    hint_wins = [is_win(r) for r in hint_returns] if hint_wins is None else list(hint_wins)
+    no_hint_wins = [is_win(r) for r in no_hint_returns] if no_hint_wins is None else list(no_hint_wins)
     need = 1 if expected_plays is None else max(1, math.ceil(min_plays_fraction * expected_plays))
     measured = len(hint_returns) >= need and len(no_hint_returns) >= need
     rh, ru = _mean(hint_returns), _mean(no_hint_returns)

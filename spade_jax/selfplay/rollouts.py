@@ -31,7 +31,8 @@ Failure handling: a reply in the wrong format is the environment's business (it 
 context overflow ends the episode cleanly ('context', return 0); a step that times out ends it with
 `end_reason="timeout"` (return 0): the hang is the environment's fault, so the self-play step never trains the
 agent on it and gives the designer the timeout reward instead; any other sandbox failure discards the episode
-(counted, the run goes on).
+(counted, the run goes on). A step reward outside [-1, 1] ends the episode with `end_reason="violation"` and
+`violation` saying why (return 0): the environment broke its contract (selfplay/audit.py).
 The policy is pluggable (see policies.py): `ModelPolicy` samples from the model; any object with
 `act(requests)`, e.g. a `ScriptedPolicy`, can replace it.
 """
@@ -43,10 +44,11 @@ from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
 
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
+from spade_jax.interfaces import CallOutcome, EnvPool, EnvSessionLike, TokenizerLike
+from spade_jax.selfplay.audit import reward_violation
 from spade_jax.selfplay.config import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
@@ -87,11 +89,6 @@ class EpisodeSpec:
     hint: str | None = None
     env_hint: bool = False
     kind: str = "game"
-    group_id: str | None = None
-
-    @property
-    def group(self) -> str:
-        return self.group_id or f"{self.env_id}/{self.condition}"
 
 
 @dataclass
@@ -107,7 +104,8 @@ class Episode:
     `hint` is the text the agent saw; `hint_source` "env" or "spec"; `hint_failed` True when there was no
     usable hint (the episode is then discarded, `error="hint_failed"`); `hint_leaked` True when the sandbox
     found the answer in the hint; `leak_check` "" (not run), "clean", "leaked" or "failed" (unknown, treated
-    as not leaked).
+    as not leaked). `violation` is '' or how the environment broke its contract during the episode (a reward
+    out of range); the episode then ends with `end_reason="violation"`.
     """
 
     spec: EpisodeSpec
@@ -132,6 +130,7 @@ class Episode:
     hint_failed: bool = False
     hint_leaked: bool = False
     leak_check: str = ""
+    violation: str = ""
 
     @property
     def condition(self) -> str:
@@ -209,7 +208,7 @@ class _Live:
     def __init__(self, index: int, spec: EpisodeSpec):
         self.index, self.spec = index, spec
         self.ep = Episode(spec=spec)
-        self.session: Any = None
+        self.session: EnvSessionLike | None = None
         self.info: dict = {}
         self.consecutive_format_errors = 0
 
@@ -223,9 +222,9 @@ class RolloutEngine:
 
     def __init__(
         self,
-        pool: Any,
+        pool: EnvPool,
         policy: Policy,
-        tokenizer: Any = None,
+        tokenizer: TokenizerLike | None = None,
         config: RolloutConfig = RolloutConfig(),
         *,
         max_context: int | None = None,
@@ -500,7 +499,7 @@ class RolloutEngine:
         else:
             lv.consecutive_format_errors = 0
 
-    def _apply_step(self, lv: _Live, reply: TurnReply, res: Any, result: RolloutResult) -> bool:
+    def _apply_step(self, lv: _Live, reply: TurnReply, res: CallOutcome, result: RolloutResult) -> bool:
         """Folds one step result into the episode; False when the episode is over."""
         ep = lv.ep
         if not res.ok:
@@ -513,10 +512,15 @@ class RolloutEngine:
             return False
         try:
             obs, reward, terminated, truncated, info = res.value
+            problem = reward_violation(reward)
             reward = float(reward)
         except (TypeError, ValueError, OverflowError):  # the pool checks the shape; a stand-in pool may not
             result.failures["bad_return"] += 1
             self._discard(lv, "bad_return", "step() did not return a 5-tuple")
+            return False
+        if problem:
+            ep.violation = problem
+            self._finish(lv, "violation")
             return False
         ep.rewards.append(reward)
         info = info if isinstance(info, dict) else {}

@@ -6,7 +6,8 @@ run's last step, whatever is still open), and then scores every environment of i
 - regret at matched timing: mean hinted return minus mean unhinted return, both at step K (same policy
   version, same reset seeds). No usable hint (missing, failed or leaking the answer) means no regret: 0;
 - the win rate that places the environment on the difficulty plateau: all unhinted plays of the window;
-- an environment that hung (a step timeout) earns the designer the timeout reward instead.
+- an environment that hung (a step timeout) earns the designer the timeout reward instead, and one that broke
+  its contract on the training seeds (audit.py: `violations`) the violation reward.
 The round's designer samples are then released for training with those rewards. All state is plain data
 (`to_dict` / `from_dict`) so a checkpoint carries open rounds exactly.
 """
@@ -54,6 +55,7 @@ class EnvWindow:
     hint_wins: list[bool] = field(default_factory=list)
     plays: dict[int, list[tuple[float, bool]]] = field(default_factory=dict)
     timeouts: int = 0
+    violations: list[str] = field(default_factory=list)
 
     def add_play(self, offset: int, episode_return: float, won: bool) -> None:
         self.plays.setdefault(offset, []).append((float(episode_return), bool(won)))
@@ -74,6 +76,7 @@ class RoundScore:
     reward: float
     hint_status: str
     timeouts: int
+    violation: str = ""
 
 
 @dataclass
@@ -138,15 +141,18 @@ def score_round(
     }
     by_skill: dict[str, list[float]] = {}
     for env_id, env in rnd.envs.items():
-        if stats[env_id].measured:
+        if stats[env_id].measured and not env.violations:
             by_skill.setdefault(env.skill, []).append(stats[env_id].win_rate)
     for skill, rates in by_skill.items():
         progress.update(skill, sum(rates) / len(rates))
     out = {}
     for env_id, env in rnd.envs.items():
         st = stats[env_id]
-        reward = config.timeout_reward if env.timeouts else designer_reward(
-            st, config, skill=env.skill, progress=progress
-        )  # fmt: skip
-        out[env_id] = RoundScore(st, reward, env.hint_status, env.timeouts)
+        if env.violations:
+            reward = config.violation_reward
+        elif env.timeouts:
+            reward = config.timeout_reward
+        else:
+            reward = designer_reward(st, config, skill=env.skill, progress=progress)
+        out[env_id] = RoundScore(st, reward, env.hint_status, env.timeouts, env.violations[0] if env.violations else "")
     return out

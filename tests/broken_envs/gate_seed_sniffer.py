@@ -1,8 +1,9 @@
-# expect: random_play
-# reason: random play wins
+# expect: termination
+# reason: a no-op reply .* wins
 # An environment that plays fair only on the reset seeds it expects the gates to use (the small fixed numbers
 # they once were) and lets any answer win on every other seed, that is in training. Gate seeds now derive from
-# a run's secret key like the training seeds, so the gates see it as what it is: trivially won.
+# a run's secret key like the training seeds, so the gates see it as what it is: won by any reply, an empty
+# one included.
 from spade_jax.envs.base import GameEnv
 
 

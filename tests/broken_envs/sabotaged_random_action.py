@@ -13,7 +13,9 @@ class Pushover(GameEnv):
         return f"Pick the largest item of {self.items}, e.g. \\boxed{{7}}."
 
     def play(self, command: str):
-        return self.win("Good choice!")  # any boxed answer wins
+        if command.strip():
+            return self.win("Good choice!")  # any non-empty boxed answer wins
+        return "Say something in the box."
 
     def random_action(self, rng) -> str:
         return "I pass."  # never well-formed, so its own random policy never wins

@@ -6,11 +6,12 @@ NAME) is read from the source with `ast`, without running it.
 
 from __future__ import annotations
 
-import ast
 import sys
 import types
 from dataclasses import dataclass
 from pathlib import Path
+
+from spade_jax.envs.contract import class_attrs
 
 __all__ = ["SEEDS_DIR", "SeedInfo", "list_seeds", "load_seed_class", "load_seed_source"]
 
@@ -27,32 +28,13 @@ class SeedInfo:
     path: Path
 
 
-def _class_attrs(source: str, filename: str) -> dict[str, str]:
-    tree = ast.parse(source, filename=filename)
-    for node in tree.body:
-        if isinstance(node, ast.ClassDef):
-            attrs = {}
-            for stmt in node.body:
-                if (
-                    isinstance(stmt, ast.Assign)
-                    and len(stmt.targets) == 1
-                    and isinstance(stmt.targets[0], ast.Name)
-                    and isinstance(stmt.value, ast.Constant)
-                    and isinstance(stmt.value.value, str)
-                ):
-                    attrs[stmt.targets[0].id] = stmt.value.value
-            if {"KIND", "SKILL", "NAME"} <= attrs.keys():
-                return attrs
-    raise ValueError(f"seed {filename}: no class with KIND, SKILL and NAME string attributes")
-
-
 def list_seeds() -> list[SeedInfo]:
     """All seed environments, sorted by name."""
     out = []
     for path in sorted(SEEDS_DIR.glob("*.py")):
         if path.name.startswith("_"):
             continue
-        attrs = _class_attrs(path.read_text(encoding="utf-8"), path.name)
+        attrs = class_attrs(path.read_text(encoding="utf-8"), f"seed {path.name}", ("KIND", "SKILL", "NAME"))
         out.append(SeedInfo(name=path.stem, kind=attrs["KIND"], skill=attrs["SKILL"], path=path))
     return out
 

@@ -1,0 +1,64 @@
+"""The seams between the parts of a run, as small Protocols: what the self-play half needs of a sampler, a
+tokenizer, a sandbox pool and its sessions, and a grounding corpus. The real ones are `sampling.Sampler`,
+`model.tokenizer.Tokenizer`, `envs.host_pool.HostPool` / `EnvSession` and `selfplay.corpus.Corpus`; tests and
+benchmarks pass anything with the same methods. Standard library only: the sandbox side imports nothing of
+the model's, and these are only types (nothing here checks at run time).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+__all__ = ["CallOutcome", "EnvPool", "EnvSessionLike", "GroundingCorpus", "SamplerLike", "TokenizerLike"]
+
+
+class CallOutcome(Protocol):
+    """One call into a sandboxed environment (`envs.host_pool.CallResult`): a value, or a structured failure."""
+
+    ok: bool
+    value: Any
+    error: str | None
+    message: str
+
+
+class EnvSessionLike(Protocol):
+    """One environment loaded in one sandbox worker, held until `close()`."""
+
+    def reset(self, seed: int | None = None) -> CallOutcome: ...
+    def step(self, action: str) -> CallOutcome: ...
+    def hint(self) -> CallOutcome: ...
+    def close(self) -> None: ...
+
+
+class EnvPool(Protocol):
+    """Sandbox workers that load environment programs (`envs.host_pool.HostPool`)."""
+
+    num_workers: int
+
+    def open(self, source: str, *, env_kwargs: dict | None = None) -> EnvSessionLike: ...
+    def close(self) -> None: ...
+
+
+class TokenizerLike(Protocol):
+    """Text <-> token ids and the chat template (`model.tokenizer.Tokenizer`)."""
+
+    def encode(self, text: str, *, add_special_tokens: bool = True) -> list[int]: ...
+    def decode(self, ids: Sequence[int], *, skip_special_tokens: bool = False) -> str: ...
+    def apply_chat_template(self, messages: list[dict], **kwargs: Any) -> str: ...
+
+
+class SamplerLike(Protocol):
+    """Batched generation from token ids (`sampling.Sampler`); completions carry ids, log-probs and text."""
+
+    max_total_len: int
+
+    def generate(self, prompts: Sequence[Sequence[int]], params: Any) -> list[Any]: ...
+
+
+class GroundingCorpus(Protocol):
+    """Documents the designer grounds its environments in, in a resumable order (`selfplay.corpus.Corpus`)."""
+
+    def next(self) -> Any: ...
+    def get_state(self) -> dict: ...
+    def set_state(self, state: dict) -> None: ...

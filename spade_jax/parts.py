@@ -1,0 +1,93 @@
+"""The live objects of a run (`Parts`) and how they are built: the model, the sandbox pool, the sampler,
+the learner and the self-play half, wired together. A failure while wiring closes the pool it started.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
+from spade_jax.run_config import RunConfig
+from spade_jax.selfplay.cycle import SelfPlay
+from spade_jax.selfplay.memory import Memory
+
+__all__ = ["Parts", "build"]
+
+log = logging.getLogger("spade_jax")
+
+
+@dataclass
+class Parts:
+    """The live objects of a run."""
+
+    cfg: RunConfig
+    run_dir: Path
+    model: Any
+    tokenizer: TokenizerLike
+    sampler: SamplerLike
+    pool: EnvPool
+    learner: Any
+    selfplay: SelfPlay
+    fixed_pool: list[Any] = field(default_factory=list)
+    held_out: list[Any] = field(default_factory=list)
+
+
+def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
+    """Loads the model, starts the sandbox pool, and wires sampler, self-play and learner together."""
+    from spade_jax.envs.host_pool import HostPool
+    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.model.loading import load_model
+    from spade_jax.model.sharding import make_mesh
+    from spade_jax.sampling import Sampler
+
+    mesh = make_mesh(_mesh_shape(cfg.mesh)) if cfg.mesh else None
+    _, model, tokenizer = load_model(cfg.model, mesh=mesh, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
+    sampler = Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len)
+    limits = dataclasses.asdict(cfg.sandbox_limits)
+    pool = HostPool(cfg.num_workers, SandboxConfig(level=cfg.sandbox, call_timeout_s=cfg.call_timeout_s, **limits))
+    log.info("sandbox level in force: %s (%d workers)", pool.level, cfg.num_workers)
+    try:
+        return _wire(cfg, run_dir, model, tokenizer, sampler, pool, mesh)
+    except BaseException:  # a bad config, Ctrl-C, SIGTERM: the sandboxes and their temp dirs go either way
+        pool.close()
+        raise
+
+
+def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: Any, pool: Any, mesh: Any) -> Parts:
+    """The learner, memory and self-play around a started pool (`build`, which closes the pool on failure)."""
+    from spade_jax.envs.seeds import list_seeds
+    from spade_jax.rl.learner import Learner
+
+    learner = Learner(model, cfg.learner, mesh=mesh)
+
+    seeds = {s.name: s for s in list_seeds()}
+    unknown = [n for n in cfg.loop.held_out if n not in seeds]
+    if unknown:
+        raise ValueError(f"loop.held_out names unknown seed environments: {', '.join(unknown)}")
+    held_out = [seeds[n] for n in cfg.loop.held_out]
+    sp_cfg = dataclasses.replace(cfg.selfplay, seed=cfg.loop.seed)
+    sp_cfg = dataclasses.replace(sp_cfg, memory=dataclasses.replace(sp_cfg.memory, seed_from_library=False))
+    memory = Memory(run_dir / "memory.sqlite", sp_cfg.memory)
+    fixed_pool = []
+    if cfg.loop.pool == "selfplay":
+        if cfg.selfplay.memory.seed_from_library:
+            memory.seed_from_library([s for n, s in seeds.items() if n not in cfg.loop.held_out])
+    else:
+        from spade_jax.eval.pools import load_pool
+
+        fixed_pool = [e for e in load_pool(cfg.loop.pool) if e.name not in cfg.loop.held_out]
+        if not fixed_pool:
+            raise ValueError(f"environment pool {cfg.loop.pool!r} is empty")
+    selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, memory=memory)
+    return Parts(cfg, run_dir, model, tokenizer, sampler, pool, learner, selfplay, fixed_pool, held_out)
+
+
+def _mesh_shape(spec: str) -> dict[str, int]:
+    try:
+        return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
+    except ValueError:
+        raise ValueError(f"mesh={spec!r}: expected axis=size pairs, e.g. data=2,fsdp=4,tensor=1") from None
