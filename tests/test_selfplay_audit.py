@@ -83,9 +83,9 @@ def _indent(code: str, n: int) -> str:
     return "\n".join(" " * n + line for line in code.splitlines())
 
 
-def cheat_source(name: str, env_id: str) -> str:
+def cheat_source(name: str, env_id: str, step: int = STEP) -> str:
     parts = CHEATS[name]
-    training = {episode_seed(env_id, STEP, k) for k in range(PLAYS)}
+    training = {episode_seed(env_id, step, k) for k in range(PLAYS)}
     return TEMPLATE.format(
         training=sorted(training),
         setup=_indent(parts.get("setup", "pass"), 8),
@@ -107,8 +107,8 @@ def _binary_search(req) -> str:
     return f"\\boxed{{{(lo + hi) // 2}}}"
 
 
-def _selfplay(tokenizer, pool, tmp_path) -> SelfPlay:
-    cfg = SelfPlayConfig(plays_per_condition=PLAYS, envs_per_step=1, designer_delay=0,
+def _selfplay(tokenizer, pool, tmp_path, delay: int = 0) -> SelfPlay:
+    cfg = SelfPlayConfig(plays_per_condition=PLAYS, envs_per_step=1, designer_delay=delay,
                          corpus=CorpusConfig(max_doc_tokens=64), designer=DesignerConfig(context_len=4096),
                          hints=HintConfig(source="env_or_model"),  # the environments' own hint()
                          rollout=RolloutConfig(max_turns=MAX_TURNS))  # fmt: skip
@@ -145,6 +145,22 @@ def test_a_cheat_on_the_training_seeds_is_retired_and_never_trained(pool, tokeni
     assert {r.id for r in sp.memory.archive()} >= {honest.id} and cheat.id not in {r.id for r in sp.memory.archive()}
     assert sp.memory.get(cheat.id).status == "retired" and sp.memory.summary()["retired"] == 1
     assert batch.stats["env/retired_broken"] == 1 and batch.stats["audit/inconclusive"] == 0
+
+
+def test_every_step_of_a_round_is_audited(pool, tokenizer, tmp_path):
+    """An environment that behaves at its round's first step and cheats at the next one (on that step's
+    seeds) is caught at the next one: every training episode's seed is audited, not only the round's first."""
+    sp = _selfplay(tokenizer, pool, tmp_path, delay=2)
+    envs = [PlayableEnv("env-late", cheat_source("noop_wins", "env-late", step=1), "game", "logical deduction")]
+    sp.current = list(envs)
+    sp.attach_hints(envs, 0)
+    sp.open_round(0, envs, [])
+    first = sp.measure(envs, 0)
+    second = sp.measure(envs, 1)
+    sp.close()
+    assert first.stats["env/retired_broken"] == 0 and len(first.by_role("agent")) == PLAYS
+    assert second.stats["env/retired_broken"] == 1 and second.by_role("agent") == [] and sp.current == []
+    assert sp.rounds[-1].envs["env-late"].violations[0].startswith("a no-op reply wins")
 
 
 def test_a_hint_that_is_the_answer_on_the_training_seeds_earns_no_regret(pool, tokenizer, tmp_path):

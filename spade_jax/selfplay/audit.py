@@ -2,15 +2,16 @@
 
 The gates play an environment on secret seeds of their own, so it cannot tell them apart in advance; but it
 could still behave on any seed it is validated on and misbehave elsewhere (every reply wins, rewards out of
-range, replies it no longer answers deterministically). So at its round's first step every environment is
-also played, with no model, on the very reset seeds the agent plays that step:
+range, replies it no longer answers deterministically). So at every step every environment played is also
+played, with no model, on the very reset seeds the agent plays that step (so every training episode's seed
+is audited):
 - a no-op reply (an empty box / an empty answer) on every one of them: a win is a violation ("any reply wins");
 - the gates' generic random policy on the first `AuditConfig.random_plays` (default 4): winning every one of
   them (at least 3) is a violation (the gates bound random play at 15% of their own seeds; four wins in a row
   of an honest environment at that rate happen 0.05% of the time);
 - the first random episode played twice: a different transcript is a violation (not deterministic);
 - any step reward outside [-1, 1], and a step that raised, hung or ran out of memory on a training seed;
-- when the agent is shown the environment's own hint(): each word and number of the hint that is not in the
+- at a step where the agent is shown the environment's own hint(): each word and number of the hint that is not in the
   first observation, sent as the first reply; winning at once that way on at least half of the seeds (and two)
   is a violation (the hint is the answer). The in-sandbox leak check of every hinted play catches most such
   hints too, but not short answers (a single digit); neither catches an answer the hint spells out in other

@@ -235,7 +235,7 @@ class RewardConfig:
 
 @dataclass
 class AuditConfig:
-    """Re-checks of every environment on the seeds it is trained on, at its round's first step (audit.py):
+    """Re-checks of every environment on the seeds it is trained on, at every step (audit.py):
     a no-op play on each, random plays on the first `random_plays` (the first one twice); a violation earns the designer
     `reward.violation_reward` and retires the environment."""
 

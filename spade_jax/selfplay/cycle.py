@@ -5,7 +5,7 @@ At a round's first step each environment is played K times with its hint and K t
 round's other steps K times without. Play k of both conditions uses the same reset seed, which removes the
 seed variance from the regret. An environment whose step() hangs is the designer's fault: the hung episode
 is discarded (never trained), the environment is retired for the rest of its round and its design earns the
-timeout reward. At the round's first step every environment is also audited on the agent's own seeds
+timeout reward. At every step every environment played is also audited on the agent's own seeds
 (audit.py); one that broke its contract there, or in the agent's plays, is retired from the round and the
 archive, none of its plays of the step is trained, and its design earns the violation reward.
 A round's designs are trained `designer_delay` steps later on the window's measurements
@@ -251,7 +251,7 @@ class SelfPlay:
         if rnd is None or not all(e.env_id in rnd.envs for e in envs):
             rnd = adhoc = self.open_round(step, envs, [])
         result = self.play(envs, step, hinted=step == rnd.start) if envs else RolloutResult([])
-        audits = self.audit(envs, step) if step == rnd.start else {}
+        audits = self.audit(envs, step, hinted=step == rnd.start)
         hung, broken = self._record(rnd, result, step, audits)
         self.current = [e for e in self.current if e.env_id not in hung | broken]
         batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken))
@@ -267,13 +267,14 @@ class SelfPlay:
         batch.stats.update(_audit_stats(audits, broken))
         return batch
 
-    def audit(self, envs: Sequence[PlayableEnv], step: int) -> dict[str, AuditResult]:
-        """Audits of `envs` on the reset seeds the agent plays at `step` (empty when audits are off)."""
+    def audit(self, envs: Sequence[PlayableEnv], step: int, *, hinted: bool = True) -> dict[str, AuditResult]:
+        """Audits of `envs` on the reset seeds the agent plays at `step` (empty when audits are off); the
+        hint checks only where the agent is shown the environment's own hint this step (`hinted`)."""
         if self.auditor is None or not envs:
             return {}
         n = self.config.plays_per_condition
         return self.auditor.run([(e.env_id, e.source, [episode_seed(e.env_id, step, k) for k in range(n)],
-                                  e.env_hint) for e in envs])  # fmt: skip
+                                  e.env_hint and hinted) for e in envs])  # fmt: skip
 
     def _record(self, rnd: Round, result: RolloutResult, step: int,
                 audits: dict[str, AuditResult]) -> tuple[set[str], set[str]]:  # fmt: skip
