@@ -12,7 +12,7 @@ import random
 import re
 from typing import Any
 
-__all__ = ["MALFORMED_ACTIONS", "GenericPolicy", "guess_kind", "noop_action"]
+__all__ = ["MALFORMED_ACTIONS", "GenericPolicy", "answer_action", "guess_kind", "noop_action"]
 
 # Replies a careless or adversarial agent sends; an environment must answer each with a valid 5-tuple.
 MALFORMED_ACTIONS: tuple[str, ...] = (
@@ -50,9 +50,14 @@ def guess_kind(observation: str, info: dict | None) -> str:
     return "game"
 
 
+def answer_action(kind: str, text: str) -> str:
+    """`text` as a final answer in the format of the environment's kind (`\\boxed{...}` / `<answer>...</answer>`)."""
+    return f"<answer>{text}</answer>" if kind == "tool" else "\\boxed{" + text + "}"
+
+
 def noop_action(kind: str) -> str:
     """A well-formed reply that does nothing useful (an empty box / an empty answer)."""
-    return "\\boxed{}" if kind != "tool" else "<answer></answer>"
+    return answer_action(kind, "")
 
 
 class GenericPolicy:
@@ -100,12 +105,12 @@ class GenericPolicy:
         """One random reply."""
         if self.kind == "tool":
             if not self.tools or self.rng.random() < 0.2:
-                return f"<answer>{self._token()}</answer>"
+                return answer_action("tool", self._token())
             fn = self.rng.choice(self.tools)
             props = fn["parameters"]["properties"]
             args = {k: self._argument(p) for k, p in props.items() if isinstance(k, str)}
             return "<tool_call>" + json.dumps({"name": str(fn.get("name", "")), "arguments": args}) + "</tool_call>"
-        return "\\boxed{" + self._token() + "}"
+        return answer_action(self.kind, self._token())
 
 
 def _usable_tools(tools: Any) -> list[dict]:

@@ -26,15 +26,16 @@ from the archive, and none of its plays of that step is trained. A failure that 
 
 from __future__ import annotations
 
+import contextlib
 import random
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
 from spade_jax.envs.outcome import episode_outcome
-from spade_jax.envs.probes import GenericPolicy, guess_kind, noop_action
+from spade_jax.envs.probes import GenericPolicy, answer_action, guess_kind, noop_action
 from spade_jax.interfaces import EnvPool
 
 __all__ = ["AuditResult", "Auditor", "reward_violation"]
@@ -129,19 +130,30 @@ class Auditor:
             out.inconclusive = f"audit failed: {type(e).__name__}: {e}"
         return out
 
-    def _episode(self, source: str, seed: int, policy: str, out: AuditResult) -> tuple[bool, list]:
-        """One audit episode; (won, transcript). Raises `_Fault` on a failed call, returns a violation
-        through `out` for an out-of-range reward (as a `_Fault` of the environment)."""
+    @contextlib.contextmanager
+    def _session(self, source: str) -> Iterator[Any]:
+        """A loaded session of `source`, closed on the way out; `_Fault` when the program does not load."""
         session = self.pool.open(source, env_kwargs={"max_turns": self.max_turns})
         try:
             load = getattr(session, "load_result", None)
             if load is not None and not getattr(load, "ok", True):
                 raise _Fault(getattr(load, "error", None) or "load_error", getattr(load, "message", "") or "load")
+            yield session
+        finally:
+            try:
+                session.close()
+            except Exception:  # closing is the pool's business; its own failures are logged there
+                pass
+
+    def _episode(self, source: str, seed: int, policy: str, out: AuditResult) -> tuple[bool, list]:
+        """One audit episode in a fresh session, counted in `out.episodes`; (won, transcript). `_Fault` on a
+        failed call or a reward out of range."""
+        with self._session(source) as session:
             obs, info = _value(session.reset(seed), 2)
             info = info if isinstance(info, dict) else {}
-            rng = random.Random(seed)
             kind = guess_kind(obs if isinstance(obs, str) else "", info)
-            agent = GenericPolicy(rng, kind, info.get("tools") if isinstance(info.get("tools"), list) else None)
+            tools = info.get("tools") if isinstance(info.get("tools"), list) else None
+            agent = GenericPolicy(random.Random(seed), kind, tools)
             transcript: list = [obs]
             out.episodes += 1
             for _ in range(self.max_turns):
@@ -155,14 +167,11 @@ class Auditor:
                 if terminated or truncated:
                     return episode_outcome([reward], bool(terminated))[1], transcript
             return False, transcript
-        finally:
-            _close(session)
 
     def _hint_wins(self, source: str, seed: int) -> bool:
         """Whether one of the hint's own words or numbers (not in the first observation), sent as the first
         reply, wins the episode at once: one session, reset with `seed` before each try."""
-        session = self.pool.open(source, env_kwargs={"max_turns": self.max_turns})
-        try:
+        with self._session(source) as session:
             obs, info = _value(session.reset(seed), 2)
             res = session.hint()
             hint = res.value if getattr(res, "ok", False) else None
@@ -173,23 +182,13 @@ class Auditor:
             tries = [t for t in dict.fromkeys(_TOKEN_RE.findall(hint[:2000].lower())) if t not in seen]
             for token in tries[:_MAX_ECHOES]:
                 _value(session.reset(seed), 2)
-                reply = f"<answer>{token}</answer>" if kind == "tool" else "\\boxed{" + token + "}"
-                _, reward, terminated, _, _ = _value(session.step(reply), 5)
+                _, reward, terminated, _, _ = _value(session.step(answer_action(kind, token)), 5)
                 if episode_outcome([reward], bool(terminated))[1]:
                     return True
             return False
-        finally:
-            _close(session)
 
     def close(self) -> None:
         self._executor.shutdown(wait=True)
-
-
-def _close(session: Any) -> None:
-    try:
-        session.close()
-    except Exception:  # closing is the pool's business; its own failures are logged there
-        pass
 
 
 def _value(res: Any, n: int) -> tuple:
