@@ -111,10 +111,6 @@ def test_symbol_table_errors_are_syntax_errors():
             "    def reset(self, seed=None):\n        pass\n    def step(self):\n        pass\n",
             "step() must take exactly one action",
         ),
-        (
-            "class R:\n    def reset(self, seed=None):\n        pass\n    def step(self, a):\n        pass\n",
-            "no __init__ accepting max_turns",
-        ),
         ("x = 1\n", "no environment class"),
         (game("    def hint(self, level):\n        return 'x'\n"), "hint() must take 0 argument"),
     ],
@@ -122,6 +118,15 @@ def test_symbol_table_errors_are_syntax_errors():
 def test_contract_shape(source, reason):
     report = check_static(source)
     assert not report.ok and reason in report.reason, report.reason
+
+
+def test_a_plain_class_may_keep_its_own_turn_cap():
+    """The paper's format: no base class, no __init__ or one without max_turns (built with no arguments)."""
+    for init in ("", "    def __init__(self, size=5):\n        self.size = size\n"):
+        source = (
+            f"class R:\n{init}    def reset(self, seed=None):\n        pass\n    def step(self, a):\n        pass\n"
+        )
+        assert check_static(source).ok, source
 
 
 def test_local_base_class_chain_counts_as_one_environment():

@@ -106,6 +106,8 @@ def _print_verdict(file: str, verdict) -> None:
     facts = []
     if d.get("class_name"):
         facts.append(f"class {d['class_name']}" + (f"({d['base']})" if d.get("base") else ""))
+    if d.get("contract"):
+        facts.append(f"contract {d['contract']}")
     if d.get("kind"):
         facts.append(f"kind {d['kind']}")
     if "random_win_rate" in d:
@@ -145,10 +147,11 @@ def _register_env_run(subparsers: argparse._SubParsersAction) -> None:
 def _env_run(args: argparse.Namespace) -> int:
     import sys
 
+    from spade_jax.envs.formats import complete_imports
     from spade_jax.envs.host_pool import HostPool
     from spade_jax.envs.sandbox import SandboxConfig, SandboxUnavailable
 
-    source = _read_source(args.file)
+    source = complete_imports(_read_source(args.file))  # as the gates and pools load it
     sandbox_kwargs: dict = {"level": args.sandbox}
     if args.call_timeout is not None:
         if args.call_timeout <= 0:

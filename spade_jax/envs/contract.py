@@ -14,7 +14,7 @@ from spade_jax.envs.base import KINDS
 
 __all__ = [
     "ALLOWED_IMPORTS", "CONTRACTS", "CONTRACT_TEXT", "CONTRACT_TEXT_SHORT", "KINDS", "SKILLS", "TOOL_DOMAINS",
-    "class_attrs", "contract_examples", "contract_text",
+    "class_attrs", "contract_examples", "contract_text", "str_attrs",
 ]  # fmt: skip
 
 CONTRACT_PATH = Path(__file__).with_name("contract.md")
@@ -95,12 +95,17 @@ def class_attrs(source: str, where: str, required: tuple[str, ...] = ("KIND",)) 
         raise ValueError(f"{where}: not valid Python ({e.msg}, line {e.lineno})") from None
     for node in tree.body:
         if isinstance(node, ast.ClassDef):
-            attrs = {
-                s.targets[0].id: s.value.value
-                for s in node.body
-                if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
-                and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
-            }  # fmt: skip
+            attrs = str_attrs(node)
             if set(required) <= attrs.keys():
                 return attrs
     raise ValueError(f"{where}: no environment class with {' and '.join(required)} string attributes")
+
+
+def str_attrs(node: ast.ClassDef) -> dict[str, str]:
+    """The `NAME = "text"` assignments in a class body, by name."""
+    return {
+        s.targets[0].id: s.value.value
+        for s in node.body
+        if isinstance(s, ast.Assign) and len(s.targets) == 1 and isinstance(s.targets[0], ast.Name)
+        and isinstance(s.value, ast.Constant) and isinstance(s.value.value, str)
+    }  # fmt: skip

@@ -21,6 +21,7 @@ from typing import Any
 
 from spade_jax.envs import protocol
 from spade_jax.envs.extract import ExtractError, extract_source
+from spade_jax.envs.formats import complete_imports, source_contract
 from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
 from spade_jax.envs.outcome import episode_outcome
 from spade_jax.envs.probes import MALFORMED_ACTIONS, GenericPolicy, guess_kind, noop_action
@@ -402,10 +403,11 @@ def validate_static(source: str, *, config: GateConfig = GateConfig()) -> Verdic
             source = extract_source(source)
         except ExtractError as e:
             return Verdict(False, "extract", str(e), details)
+    source = complete_imports(source)  # the paper's format may use common stdlib names unimported
     report = check_static(source, config.static)
     if not report.ok:
         return Verdict(False, "static", report.reason, details, source)
-    details.update(class_name=report.class_name, base=report.base, **report.details)
+    details.update(class_name=report.class_name, base=report.base, contract=source_contract(source), **report.details)
     return Verdict(True, "static", "passed the static checks", details, source)
 
 

@@ -7,20 +7,30 @@
   * "textarena": our own stdlib re-implementations of textarena single-player games with their rules
     (TowerOfHanoi-v0, Mastermind-v0, LightsOut-v0); the package's other games need its engine, NLTK
     corpora or a second player and are not adapted;
-  * a directory: every `*.py` environment file in it (the format of a downloadable static pool).
+  * a directory: every `*.py` environment file in it, of either contract (ours or the paper's Gym-style
+    classes, `spade_jax.envs.formats`); or a directory in the layout of the paper's released pool and of
+    `spade-jax export-envs` (`games/game_*.py`, `manifest.jsonl`, `checksums.sha256`): the checksums are
+    verified when present (a damaged or missing file is one error line naming it) and the manifest's kind,
+    skill and name are used when present.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from spade_jax.envs.contract import class_attrs
+from spade_jax.envs.contract import KINDS
+from spade_jax.envs.formats import complete_imports, env_meta, skill_from_filename
 
-__all__ = ["EnvSpec", "POOLS", "load_pool", "reasoning_gym_sources"]
+__all__ = ["EnvSpec", "POOLS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
 
 POOLS = ("seeds", "reasoning_gym", "textarena")
 _HERE = Path(__file__).resolve().parent
+MANIFEST, CHECKSUMS = "manifest.jsonl", "checksums.sha256"  # the released pool's layout
 RG_POOL_SEED = 10_000  # training items; the eval suite uses seeds >= 9_000_000
 RG_SKILLS = {
     "basic_arithmetic": "mathematical reasoning",
@@ -54,15 +64,82 @@ class EnvSpec:
     source: str
     kind: str
     skill: str
+    contract: str = "ours"  # or "gym" (spade_jax.envs.formats)
 
 
-def _from_files(paths: list[Path]) -> list[EnvSpec]:
+def _from_files(paths: list[Path], manifest: dict[str, dict] | None = None) -> list[EnvSpec]:
+    """One spec per file, of either contract; manifest rows (by file name) override what the source says."""
     specs = []
     for path in paths:
-        source = path.read_text(encoding="utf-8")
-        attrs = class_attrs(source, str(path))
-        specs.append(EnvSpec(attrs.get("NAME") or path.stem, source, attrs["KIND"], attrs.get("SKILL", "")))
-    return specs
+        try:
+            source = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        meta = env_meta(source, str(path), default_name=path.stem)
+        row = (manifest or {}).get(path.name, {})
+        kind = row["kind"] if row.get("kind") in KINDS else meta.kind
+        skill = str(row.get("skill") or meta.skill or skill_from_filename(path.stem))
+        name = str(row.get("name") or meta.name)
+        source = complete_imports(source) if meta.contract == "gym" else source
+        specs.append(EnvSpec(name, source, kind, skill, meta.contract))
+    counts = Counter(s.name for s in specs)  # two files with one NAME (say, mutations) keep their file names
+    return [replace(s, name=p.stem) if counts[s.name] > 1 else s for s, p in zip(specs, paths)]
+
+
+def _read_manifest(root: Path) -> dict[str, dict]:
+    """`manifest.jsonl` rows by the file name they describe (key `file`, `path`, `filename` or `game_file`)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return {}
+    rows: dict[str, dict] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: line {n} is not JSON ({e.msg})") from None
+        ref = next((row[k] for k in ("file", "path", "filename", "game_file") if isinstance(row, dict)
+                    and isinstance(row.get(k), str)), None)  # fmt: skip
+        if ref:
+            rows[Path(ref).name] = row
+    return rows
+
+
+def verify_checksums(root: Path) -> int:
+    """Checks every file `checksums.sha256` lists (`sha256sum` format) against its digest; the count checked.
+    ValueError naming the first file that is missing, damaged or outside `root`."""
+    path = root / CHECKSUMS
+    if not path.is_file():
+        return 0
+    checked = 0
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        m = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line.strip())
+        if m is None:
+            raise ValueError(f"{path}: line {n} is not '<sha256>  <file>'")
+        digest, rel = m.group(1).lower(), m.group(2)
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"{path}: line {n} names {rel!r}, outside the pool directory")
+        if not target.is_file():
+            raise ValueError(f"{root}: {rel} is listed in {CHECKSUMS} but missing")
+        if hashlib.sha256(target.read_bytes()).hexdigest() != digest:
+            raise ValueError(f"{root}: {rel} does not match its checksum in {CHECKSUMS} (damaged or edited)")
+        checked += 1
+    return checked
+
+
+def _from_dir(path: Path) -> list[EnvSpec]:
+    """A flat directory of environment files, or the released layout (games/, manifest, checksums)."""
+    games = path / "games"
+    files_dir = games if games.is_dir() else path
+    files = sorted(p for p in files_dir.glob("*.py") if not p.name.startswith("_"))
+    if not files:
+        raise ValueError(f"pool directory {path} has no .py environment files")
+    verify_checksums(path)
+    return _from_files(files, _read_manifest(path))
 
 
 def _rg_check_source() -> str:
@@ -133,8 +210,5 @@ def load_pool(name_or_dir: str) -> list[EnvSpec]:
         return _from_files(sorted((_HERE / "pool_envs").glob("ta_*.py")))
     path = Path(name_or_dir).expanduser()
     if path.is_dir():
-        files = sorted(p for p in path.glob("*.py") if not p.name.startswith("_"))
-        if not files:
-            raise ValueError(f"pool directory {path} has no .py environment files")
-        return _from_files(files)
+        return _from_dir(path)
     raise ValueError(f"unknown pool {name_or_dir!r}: give one of {', '.join(POOLS)} or a directory of .py files")
