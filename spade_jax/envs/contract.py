@@ -13,8 +13,8 @@ from pathlib import Path
 from spade_jax.envs.base import KINDS
 
 __all__ = [
-    "ALLOWED_IMPORTS", "CONTRACTS", "CONTRACT_TEXT", "CONTRACT_TEXT_SHORT", "KINDS", "SKILLS", "TOOL_DOMAINS",
-    "class_attrs", "contract_examples", "contract_text", "str_attrs",
+    "ALLOWED_IMPORTS", "CONTRACTS", "CONTRACT_TEXT", "CONTRACT_TEXT_GYM", "CONTRACT_TEXT_SHORT", "KINDS", "SKILLS",
+    "TOOL_DOMAINS", "class_attrs", "contract_examples", "contract_text", "str_attrs",
 ]  # fmt: skip
 
 CONTRACT_PATH = Path(__file__).with_name("contract.md")
@@ -22,7 +22,9 @@ CONTRACT_TEXT: str = CONTRACT_PATH.read_text(encoding="utf-8")
 # The essentials in < 700 SmolLM2 tokens (the full text is ~2K): for small models with a 4K context.
 CONTRACT_SHORT_PATH = Path(__file__).with_name("contract_short.md")
 CONTRACT_TEXT_SHORT: str = CONTRACT_SHORT_PATH.read_text(encoding="utf-8")
-CONTRACTS: dict[str, str] = {"full": CONTRACT_TEXT, "short": CONTRACT_TEXT_SHORT}  # DesignerConfig.contract
+# The paper's Gym-style format (spade_jax.envs.formats), in about as many tokens as the short text.
+CONTRACT_TEXT_GYM: str = Path(__file__).with_name("contract_gym.md").read_text(encoding="utf-8")
+CONTRACTS: dict[str, str] = {"full": CONTRACT_TEXT, "short": CONTRACT_TEXT_SHORT, "gym": CONTRACT_TEXT_GYM}
 
 # The nine cognitive skills of the SPADE games setting.
 SKILLS: tuple[str, ...] = (
@@ -71,7 +73,7 @@ ALLOWED_OWN_MODULES: tuple[str, ...] = ("spade_jax.envs.base",)
 
 
 def contract_text(name: str = "full") -> str:
-    """The contract text called `name` ("full" or "short"); ValueError naming the known ones otherwise."""
+    """The contract text called `name` ("full", "short" or "gym"); ValueError naming the known ones otherwise."""
     if name not in CONTRACTS:
         raise ValueError(f"unknown contract {name!r}; expected one of {tuple(CONTRACTS)}")
     return CONTRACTS[name]

@@ -5,9 +5,10 @@ session; see that module for the process model. STANDARD LIBRARY ONLY. The episo
 environment code, so every helper it needs is bound privately (default arguments, attributes) before that code
 can replace module attributes or builtins.
 
-Besides load and call, the episode answers one request of its own: `leaks` (is the answer in this hint?),
-computed here because the hidden state must never leave the sandbox. It compares the hint with the answer in
-`reference_action()` (box content, `<answer>` content, or a tool call's argument values; called on a deep copy
+A reset whose info has no "tools" gets the schemas of the environment's `get_tools()` when it has one (how
+the paper's tool environments publish theirs). Besides load and call, the episode answers one request of its
+own: `leaks` (is the answer in this hint?), computed here because the hidden state must never leave the
+sandbox. It compares the hint with the answer in `reference_action()` (box content, `<answer>` content, or a tool call's argument values; called on a deep copy
 of the env, so the episode itself is not disturbed) and with the hidden state's strings (>= 3 characters)
 and numbers (>= 2 digits) after reset. Anything the agent already sees in the first observation is not a
 leak; for the hidden state, neither is anything written in the source or passed as a constructor argument.
@@ -238,8 +239,12 @@ class Episode:
             if seed is not None:
                 self.random.seed(seed)  # envs that use the global `random` are reproducible too
             value = self.call_reset(fn, seed)
-            first = value[0] if _isinstance(value, tuple | list) and _len(value) == 2 else ""
+            pair = _isinstance(value, tuple | list) and _len(value) == 2
+            first = value[0] if pair else ""
             self.first_obs = first if _type(first) is str else ""
+            tools = getattr(self.env, "get_tools", None)  # the paper's tool environments list their schemas there
+            if pair and _type(value[1]) is dict and "tools" not in value[1] and callable(tools):
+                value = (value[0], {**value[1], "tools": tools()})
             return value
         return fn(*args)
 

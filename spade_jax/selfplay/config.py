@@ -84,7 +84,7 @@ class MemoryConfig:
 SEED_DIFFICULTIES = ("default", "easiest")  # MemoryConfig.seed_difficulty
 ON_INVALID = ("resample", "repair")
 MUTATION_PARENTS = ("band_then_regret", "band", "regret")  # DesignerConfig.mutation_parents
-CONTRACTS = ("full", "short")  # DesignerConfig.contract (the texts: spade_jax.envs.contract.CONTRACTS)
+CONTRACTS = ("full", "short", "gym")  # DesignerConfig.contract (the texts: spade_jax.envs.contract.CONTRACTS)
 
 
 @dataclass
@@ -122,7 +122,9 @@ class DesignerConfig:
     train_on_repairs: bool = True
     mutation_share: float = 0.0
     mutation_parents: str = "band_then_regret"
-    contract: str = "full"  # the contract text in the prompt: "full", or "short" (< 700 tokens, small models)
+    # The contract text in the prompt: our base classes in "full" or "short" (< 700 tokens, small models), or
+    # "gym": the paper's plain reset()/step() classes (spade_jax.envs.formats). The gates take either from any.
+    contract: str = "full"
     mutation_contract: bool = True  # False: mutation prompts leave the contract out (the parent shows it)
 
     def __post_init__(self) -> None:

@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spade_jax.envs.contract import contract_text
+from spade_jax.envs.formats import source_contract
 from spade_jax.envs.gates import GateConfig, Verdict, validate
 from spade_jax.interfaces import EnvPool, GroundingCorpus, SamplerLike, TokenizerLike
 from spade_jax.selfplay.config import DesignerConfig
@@ -90,13 +91,20 @@ def _negative_block(recs: Sequence[EnvRecord]) -> str:
     return "\n".join(lines)
 
 
+def _naming(contract: str, target: DesignTarget) -> str:
+    """How the file names its kind and skill: class attributes in ours, a class named ...Env in the paper's."""
+    if contract == "gym":
+        return "Name the class after the game, ending in Env."
+    return f'Set KIND = "{target.kind}" and SKILL = "{target.skill}".'
+
+
 def design_messages(parts: PromptParts, contract: str = "full") -> list[dict]:
     """Chat messages of a designer prompt (`contract`: which contract text, DesignerConfig.contract)."""
     t = parts.target
     sections = [contract_text(contract).strip(), "# Your task"]
     sections.append(
         f'Write a NEW environment of kind "{t.kind}" ({_KIND_NOTES.get(t.kind, t.kind)}) that trains the skill: '
-        f'{t.skill}. Set KIND = "{t.kind}" and SKILL = "{t.skill}".'
+        f"{t.skill}. {_naming(contract, t)}"
     )
     if parts.document is not None:
         sections.append(
@@ -189,10 +197,13 @@ def mutation_messages(
         f"archive, {_measurement(parent, band)}.{skill_note}\n\n```python\n{parent.code.strip()}\n```"
     )
     keep = " Keep the environment contract this file follows (its base class, imports and methods)."
+    gym = source_contract(parent.code) == "gym"
+    naming = "End the class name in Env." if gym else f'Set KIND = "{target.kind}" and SKILL = "{target.skill}".'
+
     sections.append(_DIRECTIONS[direction])
     sections.append(
-        f'Write the changed version as a NEW environment with a new class name; set KIND = "{target.kind}" and '
-        f'SKILL = "{target.skill}". {_CHANGE_RULE[constants_ok]}{"" if contract else keep} The agent should be '
+        f"Write the changed version as a NEW environment with a new class name. {naming} "
+        f'{_CHANGE_RULE[constants_ok]}{"" if contract else keep} The agent should be '
         "able to win by reasoning "
         "well, random play must win at most 15% of episodes, and the same seed must always give the same "
         "episode. Reply with the complete file in ONE ```python code block, with no other code blocks."
