@@ -5,15 +5,15 @@ session; see that module for the process model. STANDARD LIBRARY ONLY. The episo
 environment code, so every helper it needs is bound privately (default arguments, attributes) before that code
 can replace module attributes or builtins.
 
-A reset whose info has no "tools" gets the schemas of the environment's `get_tools()` when it has one (how
-the paper's tool environments publish theirs). Besides load and call, the episode answers one request of its
-own: `leaks` (is the answer in this hint?), computed here because the hidden state must never leave the
-sandbox. It compares the hint with the answer in `reference_action()` (box content, `<answer>` content, or a tool call's argument values; called on a deep copy
-of the env, so the episode itself is not disturbed) and with the hidden state's strings (>= 3 characters)
-and numbers (>= 2 digits) after reset. Anything the agent already sees in the first observation is not a
-leak; for the hidden state, neither is anything written in the source or passed as a constructor argument.
-It never raises: a failing reference_action() or state walk is skipped. This is a heuristic against
-accidental or lazy leaks, not a defence against environment code that rewrites this module.
+A reset whose info has no "tools" gets the schemas of the environment's `get_tools()` when it has one (how the
+paper's tool environments publish theirs). Besides load and call, the episode answers one request of its own:
+`leaks` (is the answer in this hint?), computed here because the hidden state must never leave the sandbox. It
+compares the hint with the answer in `reference_action()` (box content, `<answer>` content, or a tool call's
+argument values; called on a deep copy of the env, so the episode itself is not disturbed) and with the hidden
+state's strings (>= 3 characters) and numbers (>= 2 digits) after reset. Anything the agent already sees in the
+first observation is not a leak; for the hidden state, neither is anything written in the source or passed as a
+constructor argument. It never raises: a failing reference_action() or state walk is skipped. This is a
+heuristic against accidental or lazy leaks, not a defence against environment code that rewrites this module.
 """
 
 from __future__ import annotations
