@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "convert": "model_cmds",
     "env-run": "env_cmds",
     "validate-env": "env_cmds",
+    "export-envs": "env_cmds",
     "selfplay": "train_cmds",
     "warmstart": "train_cmds",
     "export-hf": "train_cmds",

@@ -1,4 +1,5 @@
-"""Environment commands: `validate-env` (run every gate on one program) and `env-run` (host-pool owner).
+"""Environment commands: `validate-env` (run every gate on one program), `env-run` (host-pool owner) and
+`export-envs` (a run's archive in the paper's released-pool layout, plus a table `datasets` loads).
 
 Nothing here imports JAX: these commands start in milliseconds.
 """
@@ -16,6 +17,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     """Adds the environment commands to the `spade-jax` parser."""
     _register_validate_env(subparsers)
     _register_env_run(subparsers)
+    _register_export_envs(subparsers)
 
 
 # ------------------------------------------------------------------------------------------ validate-env
@@ -245,3 +247,37 @@ def _event_text(record: dict) -> str:
         return (f"{head} reward={record['reward']} terminated={record['terminated']} truncated={record['truncated']}"
                 f"\n{record['observation']}\n  info: {json.dumps(record['info'])}")  # fmt: skip
     return f"{head} {json.dumps(record.get('value'))}"
+
+
+# -------------------------------------------------------------------------------------------- export-envs
+
+
+def _register_export_envs(subparsers: argparse._SubParsersAction) -> None:
+    p = subparsers.add_parser(
+        "export-envs",
+        help="write a run's environment archive in the layout of the paper's released environment pool",
+        description="Writes OUT/games/game_{step}_{index}_{skill}.py (each source as stored), manifest.jsonl, "
+        "envs.jsonl and envs.parquet (the rows with their sources, for datasets.load_dataset) and "
+        "checksums.sha256. Reads memory.sqlite read-only; OUT must not exist or be empty.",
+    )
+    p.add_argument("--run-dir", required=True, help="run directory (holds memory.sqlite)")
+    p.add_argument("--out", required=True, help="output directory (new or empty)")
+    p.add_argument("--all-origins", action="store_true", help="include seed and pool environments too")
+    p.add_argument(
+        "--status", default="valid", metavar="S[,S]",
+        help="statuses to export: valid, invalid, evicted, retired (default: valid, the archive)",
+    )  # fmt: skip
+    p.set_defaults(func=_export_envs)
+
+
+def _export_envs(args: argparse.Namespace) -> int:
+    from spade_jax.envs_export import export_envs
+
+    statuses = tuple(s.strip() for s in args.status.split(",") if s.strip())
+    result = export_envs(args.run_dir, args.out, all_origins=args.all_origins, statuses=statuses)
+    which = "all origins" if args.all_origins else "generated (no seed or pool)"
+    parquet = "" if result.parquet else " (no envs.parquet: pyarrow is not installed)"
+    print(f"exported {result.count} environment(s) [{which}, status {','.join(statuses)}] to {result.out}: "
+          f"games/, manifest.jsonl, envs.jsonl{', envs.parquet' if result.parquet else ''}, checksums.sha256"
+          f"{parquet}")  # fmt: skip
+    return 0
