@@ -137,8 +137,9 @@ def export_envs(
         (tmp / "games").mkdir(parents=True)
         rows, files, per_step = [], [], {}
         for rec in records:
-            index = per_step[rec.step] = per_step.get(rec.step, -1) + 1
-            file = f"games/game_{rec.step:05d}_{index:03d}_{file_slug(rec)}.py"
+            at = max(rec.step, 0)  # seeds are archived at step -1, before the first step
+            index = per_step[at] = per_step.get(at, -1) + 1
+            file = f"games/game_{at:05d}_{index:03d}_{file_slug(rec)}.py"
             (tmp / file).write_bytes(rec.code.encode("utf-8"))
             rows.append(_row(rec, file, _sha256(tmp / file)))
             files.append(file)

@@ -158,7 +158,7 @@ def test_all_origins_and_status_filter(run_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "all"
     assert _export(run_dir, out, "--all-origins") == 0
     files = [m["file"] for m in _rows(out / "manifest.jsonl")]
-    assert files == ["games/game_-0001_000_strategic_planning.py", "games/game_00001_000_spatial_reasoning.py",
+    assert files == ["games/game_00000_000_strategic_planning.py", "games/game_00001_000_spatial_reasoning.py",
                      "games/game_00002_000_logical_deduction_puzzles.py", "games/game_00002_001_strategic_planning.py",
                      "games/game_00003_000_game.py"]  # fmt: skip
     assert (out / files[0]).read_text(encoding="utf-8") == _seed("nim_duel")
