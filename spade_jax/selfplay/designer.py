@@ -203,7 +203,7 @@ def mutation_messages(
     sections.append(_DIRECTIONS[direction])
     sections.append(
         f"Write the changed version as a NEW environment with a new class name. {naming} "
-        f'{_CHANGE_RULE[constants_ok]}{"" if contract else keep} The agent should be '
+        f"{_CHANGE_RULE[constants_ok]}{'' if contract else keep} The agent should be "
         "able to win by reasoning "
         "well, random play must win at most 15% of episodes, and the same seed must always give the same "
         "episode. Reply with the complete file in ONE ```python code block, with no other code blocks."
