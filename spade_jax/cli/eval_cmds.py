@@ -18,7 +18,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Runs the named suites and prints a results table; writes every item's outcome as JSON. "
         "Suites: humaneval, champ, reasoning_gym, bfcl_{base,miss_func,miss_param,long_context}, textarena; "
         "aliases code, math, reasoning, tool (= bfcl), games, all; user files as aime=F, math500=F, gpqa=F, "
-        "livecodebench=F, acebench=F.",
+        "livecodebench=F, acebench=F, pool=DIR (or --pool DIR: a directory of environments, either contract).",
     )
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--model", help="preset name, .gguf file or Hugging Face directory")
@@ -28,7 +28,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         action="store_true",
         help="no model: score BFCL's own ground-truth calls (and a corrupted copy) as a self-check",
     )
-    p.add_argument("--suite", default="all", help="comma-separated suites or aliases (default: all)")
+    p.add_argument("--suite", default=None, help="comma-separated suites or aliases (default: all)")
+    p.add_argument("--pool", default=None, help="also play every environment of this pool directory (= pool=DIR)")
     p.add_argument("--limit", type=int, default=None, help="items per suite (default: all)")
     p.add_argument("--samples", type=int, default=1, help="samples per item; > 1 reports unbiased pass@k")
     p.add_argument("--temperature", type=float, default=0.6, help="sampling temperature when --samples > 1")
@@ -116,7 +117,12 @@ def _eval(args: argparse.Namespace) -> int:
         raise ValueError("--samples must be >= 1")
     if args.limit is not None and args.limit < 1:
         raise ValueError("--limit must be >= 1")
-    suites = resolve_suites(args.suite)
+    spec_suites = args.suite or ("" if args.pool else "all")
+    suites = resolve_suites(",".join(x for x in (spec_suites, f"pool={args.pool}" if args.pool else "") if x))
+    if args.pool:
+        from spade_jax.eval.pools import load_pool
+
+        load_pool(args.pool)  # a bad pool directory is one line before the model loads
     spec = _model_spec(args)
     console = Console(stderr=True)
     console.print(f"loading {spec} ...")

@@ -35,7 +35,7 @@ ALIASES = {
     "games": ("textarena",),
     "all": SHIPPED,
 }
-FILE_SUITES = ("aime", "math500", "gpqa", "livecodebench", "acebench")
+FILE_SUITES = ("aime", "math500", "gpqa", "livecodebench", "acebench", "pool")
 
 
 def make_suite(name: str) -> Any:
@@ -54,6 +54,10 @@ def make_suite(name: str) -> Any:
             from spade_jax.eval.code_suites import LiveCodeBenchSuite
 
             return LiveCodeBenchSuite(path)
+        if kind == "pool":
+            from spade_jax.eval.pool_suite import PoolSuite
+
+            return PoolSuite(path)
         if kind == "acebench":
             from spade_jax.eval.acebench import ACEBenchSuite
 
