@@ -207,6 +207,8 @@ class Episode:
         ]  # fmt: skip
         leaves = [c for c in cands if not any(d is not c and issubclass(d, c) for d in cands)]
         leaves = [c for c in leaves if not self.inspect.isabstract(c)] or leaves
+        named = [c for c in leaves if c.__name__.endswith("Env")]
+        leaves = named if len(leaves) > 1 and len(named) == 1 else leaves  # the paper's rule, as the static gate
         if len(leaves) == 1:
             return leaves[0]
         if not leaves:
