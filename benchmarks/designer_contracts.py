@@ -71,13 +71,21 @@ def main(argv: list[str] | None = None) -> int:
                                  max_resamples=0, use_corpus=False)  # fmt: skip
             designer = Designer(sampler, tokenizer, pool, memory, cfg, exemplars=(0, 0), seed=0)
             t0 = time.monotonic()
-            results = designer.design(targets, step=0)
+            try:
+                results = designer.design(targets, step=0)
+            except ValueError as e:  # the prompt does not fit the context: say so, go on with the next one
+                console.print(f"{contract}: {e}")
+                table.add_row(contract, "-", "-", "-", "prompt does not fit", "0")
+                continue
             seconds = time.monotonic() - t0
             gates = Counter(r.attempts[-1].verdict.gate for r in results if not r.valid)
             k, n = sum(r.valid for r in results), len(results)
             lo, hi = wilson(k, n)
             table.add_row(contract, f"{k}/{n}", f"{k / n:.0%}", f"[{lo:.0%}, {hi:.0%}]",
                           ", ".join(f"{g} {c}" for g, c in gates.most_common()), f"{seconds:.0f}")  # fmt: skip
+            console.print(f"{contract}: {k}/{n} valid, failed at {dict(gates)}, {seconds:.0f} s")
+            for r in results:
+                console.print(f"  {r.target.skill}: {r.attempts[-1].verdict.gate}: {r.attempts[-1].verdict.reason[:90]}")
             memory.close()
     finally:
         pool.close()

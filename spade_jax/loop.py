@@ -61,7 +61,7 @@ def evaluate(parts: Parts, step: int) -> dict[str, float]:
     """Held-out seed environments, played without hints: win rate per environment and overall."""
     specs = [
         EpisodeSpec(
-            f"heldout-{s.name}", Path(s.path).read_text(), episode_seed(s.name, 10_000 + step, k), NO_HINT, kind=s.kind
+            f"heldout-{s.name}", s.source, episode_seed(s.name, 10_000 + step, k), NO_HINT, kind=s.kind
         )  # fmt: skip
         for s in parts.held_out
         for k in range(parts.cfg.loop.eval_plays)

@@ -46,7 +46,7 @@ def agent_examples(pool: Any, tokenizer: Any, seeds: list[Any], rollout_cfg: Any
     """Winning reference-policy conversations, tokenised exactly as the rollout engine does."""
     names = {f"seed-{s.name}": s.name for s in seeds}
     specs = [
-        EpisodeSpec(f"seed-{s.name}", s.path.read_text(), episode_seed(s.name, -1, k), NO_HINT, kind=s.kind)
+        EpisodeSpec(f"seed-{s.name}", s.source, episode_seed(s.name, -1, k), NO_HINT, kind=s.kind)
         for s in seeds
         for k in range(episodes)
     ]
@@ -80,7 +80,7 @@ def designer_examples(
     eos = list(getattr(tokenizer, "eos_ids", ()) or ())[:1]
     out = []
     for s in seeds:
-        source = s.path.read_text()
+        source = s.source
         answers = [source] * per_seed
         if variants and s.name in PARAMS:  # seeds without a variant table get none
             found = make_variants(s.name, variants, rng_seed=variant_seed, direction=direction, source=source)
@@ -133,7 +133,7 @@ def mutation_examples(
 def _archived(designer: Any, seed: Any) -> str:
     """The seed's code as the run's archive holds it (memory.seed_difficulty), else as written."""
     record = designer.memory.get(f"seed-{seed.name}") if getattr(designer, "memory", None) is not None else None
-    return record.code if record is not None else seed.path.read_text()
+    return record.code if record is not None else seed.source
 
 
 def valid_rate(selfplay: Any, n: int, step: int) -> float:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spade_jax.envs.outcome import episode_outcome
+from spade_jax.envs.source import EnvSource
 from spade_jax.eval.core import EvalContext, ItemResult, SuiteResult
 from spade_jax.eval.metrics import mean
 
@@ -33,7 +34,7 @@ SYSTEM_PROMPTS = {
 
 @dataclass
 class _Play:
-    env: Any  # eval.pools.EnvSpec
+    env: EnvSource
     seed: int
     session: Any = None
     messages: list[dict] = field(default_factory=list)

@@ -20,13 +20,12 @@ import hashlib
 import json
 import re
 from collections import Counter
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from spade_jax.envs.contract import KINDS
-from spade_jax.envs.formats import complete_imports, env_meta, skill_from_filename
+from spade_jax.envs.source import EnvSource
 
-__all__ = ["EnvSpec", "POOLS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
+__all__ = ["POOLS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
 
 POOLS = ("seeds", "reasoning_gym", "textarena")
 _HERE = Path(__file__).resolve().parent
@@ -56,32 +55,9 @@ RG_SKILLS = {
 }
 
 
-@dataclass(frozen=True)
-class EnvSpec:
-    """One pool environment: a name, its source text, its kind (game/tool/reasoning) and skill."""
-
-    name: str
-    source: str
-    kind: str
-    skill: str
-    contract: str = "ours"  # or "gym" (spade_jax.envs.formats)
-
-
-def _from_files(paths: list[Path], manifest: dict[str, dict] | None = None) -> list[EnvSpec]:
-    """One spec per file, of either contract; manifest rows (by file name) override what the source says."""
-    specs = []
-    for path in paths:
-        try:
-            source = path.read_text(encoding="utf-8")
-        except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        meta = env_meta(source, str(path), default_name=path.stem)
-        row = (manifest or {}).get(path.name, {})
-        kind = row["kind"] if row.get("kind") in KINDS else meta.kind
-        skill = str(row.get("skill") or meta.skill or skill_from_filename(path.stem))
-        name = str(row.get("name") or meta.name)
-        source = complete_imports(source) if meta.contract == "gym" else source
-        specs.append(EnvSpec(name, source, kind, skill, meta.contract))
+def _from_files(paths: list[Path], manifest: dict[str, dict] | None = None) -> list[EnvSource]:
+    """One environment per file, of either contract; manifest rows (by file name) override what the source says."""
+    specs = [EnvSource.from_file(path, row=(manifest or {}).get(path.name)) for path in paths]
     counts = Counter(s.name for s in specs)  # two files with one NAME (say, mutations) keep their file names
     return [replace(s, name=p.stem) if counts[s.name] > 1 else s for s, p in zip(specs, paths)]
 
@@ -131,7 +107,7 @@ def verify_checksums(root: Path) -> int:
     return checked
 
 
-def _from_dir(path: Path) -> list[EnvSpec]:
+def _from_dir(path: Path) -> list[EnvSource]:
     """A flat directory of environment files, or the released layout (games/, manifest, checksums)."""
     games = path / "games"
     files_dir = games if games.is_dir() else path
@@ -179,7 +155,7 @@ class RG{cls}(ReasoningEnv):
 '''
 
 
-def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) -> list[EnvSpec]:
+def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) -> list[EnvSource]:
     """One ReasoningEnv source per reasoning-gym generator, with `items_per_task` baked-in items."""
     from spade_jax.eval.qa_suites import RG_TASKS
 
@@ -194,16 +170,16 @@ def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) ->
         items = [(str(ds[i]["question"]), str(ds[i]["answer"])) for i in range(items_per_task)]
         cls = "".join(part.capitalize() for part in task.split("_"))
         source = _RG_TEMPLATE.format(task=task, check=check, items=items, cls=cls, skill=RG_SKILLS[task])
-        specs.append(EnvSpec(f"rg_{task}", source, "reasoning", RG_SKILLS[task]))
+        specs.append(EnvSource(f"rg_{task}", source, "reasoning", RG_SKILLS[task]))
     return specs
 
 
-def load_pool(name_or_dir: str) -> list[EnvSpec]:
+def load_pool(name_or_dir: str) -> list[EnvSource]:
     """The environments of a named pool or of a directory of `.py` environment files."""
     if name_or_dir == "seeds":
         from spade_jax.envs.seeds import list_seeds
 
-        return [EnvSpec(s.name, s.path.read_text(encoding="utf-8"), s.kind, s.skill) for s in list_seeds()]
+        return list_seeds()
     if name_or_dir == "reasoning_gym":
         return reasoning_gym_sources()
     if name_or_dir == "textarena":

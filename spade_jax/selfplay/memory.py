@@ -233,7 +233,7 @@ class Memory:
             rid = f"seed-{info.name}"
             if (wanted and info.name not in wanted) or self.get(rid) is not None:
                 continue
-            code = Path(info.path).read_text(encoding="utf-8")
+            code = info.source
             reason = "hand-written seed"
             if self.config.seed_difficulty == "easiest":
                 code, reason = _easiest(info.name, code)

@@ -8,34 +8,25 @@ from __future__ import annotations
 
 import sys
 import types
-from dataclasses import dataclass
 from pathlib import Path
 
-from spade_jax.envs.contract import class_attrs
+from spade_jax.envs.source import EnvSource
 
-__all__ = ["SEEDS_DIR", "SeedInfo", "list_seeds", "load_seed_class", "load_seed_source"]
+__all__ = ["SEEDS_DIR", "list_seeds", "load_seed_class", "load_seed_source"]
 
 SEEDS_DIR = Path(__file__).resolve().parent
 
 
-@dataclass(frozen=True)
-class SeedInfo:
-    """One seed environment: its name (file stem), kind, skill and source path."""
-
-    name: str
-    kind: str
-    skill: str
-    path: Path
-
-
-def list_seeds() -> list[SeedInfo]:
-    """All seed environments, sorted by name."""
+def list_seeds() -> list[EnvSource]:
+    """All seed environments (named by file stem), sorted by name."""
     out = []
     for path in sorted(SEEDS_DIR.glob("*.py")):
         if path.name.startswith("_"):
             continue
-        attrs = class_attrs(path.read_text(encoding="utf-8"), f"seed {path.name}", ("KIND", "SKILL", "NAME"))
-        out.append(SeedInfo(name=path.stem, kind=attrs["KIND"], skill=attrs["SKILL"], path=path))
+        seed = EnvSource.from_file(path, name=path.stem)
+        if not seed.skill or seed.contract != "ours":
+            raise ValueError(f"seed {path.name}: a seed derives from our base classes and sets KIND, SKILL, NAME")
+        out.append(seed)
     return out
 
 

@@ -1,0 +1,48 @@
+"""One environment program and what it is: the type every supplier of environments hands on (the seed library,
+named and directory pools, released-layout pools and exports), whichever contract the program follows.
+
+Reading a file never runs it: the metadata comes from the source (`formats.env_meta`), a manifest row may
+override kind, skill and name, and a program in the paper's format is stored with its missing standard-library
+imports completed (`formats.complete_imports`), as the gates would load it. A file that is not UTF-8, does
+not parse or holds no environment class is a ValueError naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from spade_jax.envs.contract import KINDS
+from spade_jax.envs.formats import complete_imports, env_meta, skill_from_filename
+
+__all__ = ["EnvSource"]
+
+
+@dataclass(frozen=True)
+class EnvSource:
+    """An environment program: its name, source text, kind (game/tool/reasoning), skill, contract (ours/gym)
+    and the file it was read from, if any."""
+
+    name: str
+    source: str
+    kind: str
+    skill: str
+    contract: str = "ours"
+    path: Path | None = None
+
+    @classmethod
+    def from_file(cls, path: Path, *, name: str | None = None, row: Mapping | None = None) -> EnvSource:
+        """The environment in `path`; `row` (a manifest row) overrides kind, skill and name when it has them;
+        `name` fixes the name (else the manifest's, the source's NAME, or the file stem)."""
+        try:
+            source = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as e:
+            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        meta = env_meta(source, str(path), default_name=path.stem)
+        row = row or {}
+        kind = row["kind"] if row.get("kind") in KINDS else meta.kind
+        skill = str(row.get("skill") or meta.skill or skill_from_filename(path.stem))
+        name = name or str(row.get("name") or meta.name)
+        source = complete_imports(source) if meta.contract == "gym" else source
+        return cls(name, source, kind, skill, meta.contract, path)
