@@ -85,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
                           ", ".join(f"{g} {c}" for g, c in gates.most_common()), f"{seconds:.0f}")  # fmt: skip
             console.print(f"{contract}: {k}/{n} valid, failed at {dict(gates)}, {seconds:.0f} s")
             for r in results:
-                console.print(f"  {r.target.skill}: {r.attempts[-1].verdict.gate}: {r.attempts[-1].verdict.reason[:80]}")
+                verdict = r.attempts[-1].verdict
+                console.print(f"  {r.target.skill}: {verdict.gate}: {verdict.reason[:80]}")
             memory.close()
     finally:
         pool.close()
