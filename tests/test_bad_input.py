@@ -131,6 +131,29 @@ def test_choice_fields_are_checked_in_the_config(override: str) -> None:
     assert override.split("=")[0] in str(err.value) and "expected one of" in str(err.value)
 
 
+@pytest.mark.parametrize(
+    "override, expected",
+    [
+        ("selfplay.gates.max_random_win_rate=1.5", "expected a rate in"),
+        ("selfplay.gates.random_episodes=0", "expected >= 1"),
+        ("selfplay.designer.contract=paper", "expected one of"),
+    ],
+)
+def test_gate_and_contract_settings_are_checked(override: str, expected: str) -> None:
+    with pytest.raises(ConfigError, match=expected) as err:
+        load_run_config("tiny", [override])
+    assert override.split("=")[0] in str(err.value)
+
+
+def test_gate_settings_reach_the_run() -> None:
+    """The gates' knobs are part of the run config (and its config.json), the run's own key and turn cap kept."""
+    from spade_jax.run_config import RunConfig
+
+    cfg = load_run_config("tiny", ["selfplay.gates.max_random_win_rate=0.05", "selfplay.gates.static.max_lines=900"])
+    assert (cfg.selfplay.gates.max_random_win_rate, cfg.selfplay.gates.static.max_lines) == (0.05, 900)
+    assert RunConfig.from_json(cfg.to_json()).selfplay.gates == cfg.selfplay.gates
+
+
 def test_malformed_json_list_names_the_key(tmp_path) -> None:
     line = _selfplay(tmp_path, "loop.steps=1", "learner.betas=[0.9")
     assert "learner.betas" in line and "not a valid JSON list" in line
@@ -228,3 +251,12 @@ def test_truncated_gguf_on_the_command_line(tmp_path) -> None:
     cut.write_bytes(_tiny_gguf(tmp_path / "whole.gguf")[:300])
     line = _cli("sample", "--model", str(cut), "--prompt", "hi")
     assert str(cut) in line and "truncated or damaged" in line
+
+
+def test_the_cycle_validates_with_the_configured_gates(pool, tokenizer, tmp_path) -> None:
+    from spade_jax.selfplay.cycle import SelfPlay, gate_key
+
+    cfg = load_run_config("tiny", ["selfplay.gates.max_random_win_rate=0.05", "selfplay.rollout.max_turns=3"])
+    sp = SelfPlay(cfg.selfplay, sampler=None, tokenizer=tokenizer, pool=pool, run_dir=tmp_path, corpus=None)
+    assert sp.gate_config.max_random_win_rate == 0.05 and sp.designer.gate_config is sp.gate_config
+    assert (sp.gate_config.max_turns, sp.gate_config.seed_key) == (3, gate_key(tmp_path))

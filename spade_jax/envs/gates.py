@@ -59,6 +59,20 @@ class GateConfig:
     static: StaticConfig = field(default_factory=StaticConfig)
     novelty: NoveltyConfig = field(default_factory=NoveltyConfig)
 
+    def __post_init__(self) -> None:
+        counts = ("max_turns", "determinism_episodes", "determinism_steps", "random_episodes", "hint_max_words",
+                  "hint_max_chars", "max_obs_chars")  # fmt: skip
+        for name in counts:
+            if getattr(self, name) < 1:
+                raise ValueError(f"gates.{name}={getattr(self, name)}; expected >= 1")
+        for name in ("generic_episodes", "reference_episodes"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"gates.{name}={getattr(self, name)}; expected >= 0")
+        if not 0.0 <= self.max_random_win_rate <= 1.0:
+            raise ValueError(f"gates.max_random_win_rate={self.max_random_win_rate}; expected a rate in [0, 1]")
+        if not self.time_budget_s > 0:
+            raise ValueError(f"gates.time_budget_s={self.time_budget_s}; expected > 0")
+
     def seed(self, purpose: str, i: int = 0) -> int:
         """Reset seed of gate episode i of a purpose: 31 bits of a keyed hash, like the training seeds."""
         digest = hashlib.sha256(f"{self.seed_key}|{purpose}|{i}".encode()).digest()

@@ -12,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
+from spade_jax.envs.gates import GateConfig
+
 __all__ = [
     "REFERENCE_OBSERVATION_TEMPLATE",
     "AuditConfig",
@@ -294,6 +296,9 @@ class SelfPlayConfig:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     audit: AuditConfig = field(default_factory=AuditConfig)
+    # The validation gates' episode counts and limits (`selfplay.gates.max_random_win_rate=0.1`, ...); a run sets
+    # their max_turns to rollout.max_turns and their seed_key to its own secret (cycle.gate_key).
+    gates: GateConfig = field(default_factory=GateConfig)
 
     @classmethod
     def cpu(cls) -> SelfPlayConfig:

@@ -20,7 +20,7 @@ import random
 import secrets
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
@@ -102,7 +102,9 @@ class SelfPlay:
             corpus = Corpus(config.corpus, tokenizer)
         self.corpus = corpus
         context = getattr(sampler, "max_total_len", None)
-        self.gate_config = gate_config or GateConfig(max_turns=config.rollout.max_turns, seed_key=gate_key(run_dir))
+        self.gate_config = gate_config or replace(
+            config.gates, max_turns=config.rollout.max_turns, seed_key=gate_key(run_dir)
+        )
         self.designer = Designer(
             sampler, tokenizer, pool, self.memory, config.designer, corpus=corpus, gate_config=self.gate_config,
             exemplars=(config.memory.n_positive, config.memory.n_negative),
