@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
+import shutil
 import subprocess
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
 DEFAULT_PORT = 8476
 
@@ -20,9 +23,22 @@ def add_job_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("overrides", nargs="*", help="key=value config overrides")
 
 
-def job_command(args: argparse.Namespace) -> list[str]:
-    """The `spade-jax` invocation each process runs."""
-    cmd = ["spade-jax", args.command, "--preset", args.preset, "--run-dir", args.run_dir]
+def local_program() -> str:
+    """The `spade-jax` console script of this interpreter's environment (next to `sys.executable`), else the one
+    on PATH; SystemExit with one line when there is neither."""
+    here = Path(sys.executable).with_name("spade-jax")
+    if here.is_file() and os.access(here, os.X_OK):
+        return str(here)
+    found = shutil.which("spade-jax")
+    if found is None:
+        raise SystemExit(f"error: no spade-jax console script next to {sys.executable} or on PATH "
+                         "(install the project: pip install -e .)")  # fmt: skip
+    return found
+
+
+def job_command(args: argparse.Namespace, program: str = "spade-jax") -> list[str]:
+    """The `spade-jax` invocation each process runs (`program`: the console script to call)."""
+    cmd = [program, args.command, "--preset", args.preset, "--run-dir", args.run_dir]
     if getattr(args, "resume", False):
         cmd.append("--resume")
     return cmd + list(args.overrides)

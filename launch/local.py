@@ -13,7 +13,7 @@ import sys
 if __package__ in (None, ""):  # run as a script: make `launch` importable
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
-from launch.common import DEFAULT_PORT, add_job_args, job_command, shell_join  # noqa: E402
+from launch.common import DEFAULT_PORT, add_job_args, job_command, local_program, shell_join  # noqa: E402
 
 
 def process_envs(args: argparse.Namespace) -> list[dict[str, str]]:
@@ -37,7 +37,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--resume", action="store_true")
     add_job_args(parser)
     args = parser.parse_args(argv)
-    cmd = job_command(args)
+    cmd = job_command(args, local_program())  # this environment's, whether or not it is activated
     envs = process_envs(args)
     for env in envs:
         print(" ".join(f"{k}={v}" for k, v in env.items()), shell_join(cmd), flush=True)

@@ -54,9 +54,9 @@ def fake_bin(tmp_path: Path) -> tuple[dict[str, str], Path]:
     return env, log
 
 
-def _launch(module: str, args: list[str], env: dict[str, str], cwd: Path = ROOT) -> str:
+def _launch(module: str, args: list[str], env: dict[str, str], cwd: Path = ROOT, python: str = sys.executable) -> str:
     proc = subprocess.run(
-        [sys.executable, "-m", f"launch.{module}", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
+        [python, "-m", f"launch.{module}", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=60
     )
     assert proc.returncode == 0, proc.stderr
     return proc.stdout
@@ -66,10 +66,15 @@ def _calls(log: Path) -> list[dict]:
     return [json.loads(line) for line in log.read_text().splitlines()] if log.exists() else []
 
 
-def test_local_dry_run_and_run(fake_bin) -> None:
+def test_local_dry_run_and_run(fake_bin, tmp_path: Path) -> None:
+    """The local launcher calls the console script next to its own interpreter, on PATH or not."""
     env, log = fake_bin
+    env = dict(env, PATH=os.pathsep.join(p for p in env["PATH"].split(os.pathsep) if p != str(tmp_path / "bin")))
+    python = tmp_path / "bin" / "python"
+    python.symlink_to(sys.executable)  # an environment that is not activated: its bin/ is not on PATH
+    spade = str(tmp_path / "bin" / "spade-jax")
     args = ["--processes", "3", "--port", "9123", "--cpu", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
-    out = _launch("local", [*args, "--dry-run"], env)
+    out = _launch("local", [*args, "--dry-run"], env, python=str(python))
     assert not _calls(log)  # a dry run runs nothing
     lines = out.strip().splitlines()
     assert len(lines) == 3
@@ -82,11 +87,11 @@ def test_local_dry_run_and_run(fake_bin) -> None:
             "SPADE_PROCESS_ID": str(i),
             "JAX_PLATFORMS": "cpu",
         }
-        assert words[4:] == ["spade-jax", "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
+        assert words[4:] == [spade, "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
         info = process_info_from_env(assigns)  # what spade_jax.distributed.initialize will join
         assert (info.process_id, info.num_processes, info.coordinator) == (i, 3, "127.0.0.1:9123")
 
-    assert _launch("local", args, env) == out  # a real run prints the same lines and starts those processes
+    assert _launch("local", args, env, python=str(python)) == out  # a real run prints them and starts them
     calls = sorted(_calls(log), key=lambda c: c["env"]["SPADE_PROCESS_ID"])
     assert [c["env"]["SPADE_PROCESS_ID"] for c in calls] == ["0", "1", "2"]
     for c in calls:
