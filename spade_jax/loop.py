@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-import random
 import time
 from pathlib import Path
 from typing import Any
@@ -30,8 +29,7 @@ from spade_jax.report.envs import report_envs
 from spade_jax.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run_config import RunConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
-from spade_jax.selfplay.cycle import PlayableEnv, episode_seed
-from spade_jax.selfplay.memory import EnvRecord
+from spade_jax.selfplay.cycle import episode_seed
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
 from spade_jax.warmstart import warm_start
 
@@ -42,19 +40,7 @@ log = logging.getLogger("spade_jax")
 
 def play_step(parts: Parts, step: int) -> SelfPlayBatch:
     """The self-play half of a step: the full designer cycle, or a draw from a fixed pool (baselines)."""
-    if not parts.fixed_pool:
-        return parts.selfplay.step(step, final=step + 1 == parts.cfg.loop.steps)
-    rng = random.Random(f"{parts.cfg.loop.seed}:{step}")
-    chosen = rng.sample(parts.fixed_pool, min(parts.cfg.loop.pool_envs_per_step, len(parts.fixed_pool)))
-    envs = []
-    for spec in chosen:
-        env_id = f"pool-{spec.name}"
-        if parts.selfplay.memory.get(env_id) is None:
-            parts.selfplay.memory.add(EnvRecord(id=env_id, code=spec.source, kind=spec.kind, skill=spec.skill,
-                                                name=spec.name, origin="pool", verdict_valid=True,
-                                                verdict_gate="pool", step=step))  # fmt: skip
-        envs.append(PlayableEnv(env_id, spec.source, spec.kind, spec.skill))
-    return parts.selfplay.play_fixed(envs, step)
+    return parts.selfplay.step(step, final=step + 1 == parts.cfg.loop.steps, pool=parts.fixed_pool)
 
 
 def evaluate(parts: Parts, step: int) -> dict[str, float]:

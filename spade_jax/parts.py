@@ -12,7 +12,7 @@ from typing import Any
 
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.run_config import RunConfig
-from spade_jax.selfplay.cycle import SelfPlay
+from spade_jax.selfplay.cycle import FixedPool, SelfPlay
 from spade_jax.selfplay.memory import Memory
 
 __all__ = ["Parts", "build"]
@@ -32,7 +32,7 @@ class Parts:
     pool: EnvPool
     learner: Any
     selfplay: SelfPlay
-    fixed_pool: list[Any] = field(default_factory=list)
+    fixed_pool: FixedPool | None = None  # loop.pool=<pool>: the baselines' environments (designer off)
     held_out: list[Any] = field(default_factory=list)
 
 
@@ -72,16 +72,17 @@ def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: An
     sp_cfg = dataclasses.replace(cfg.selfplay, seed=cfg.loop.seed)
     sp_cfg = dataclasses.replace(sp_cfg, memory=dataclasses.replace(sp_cfg.memory, seed_from_library=False))
     memory = Memory(run_dir / "memory.sqlite", sp_cfg.memory)
-    fixed_pool = []
+    fixed_pool = None
     if cfg.loop.pool == "selfplay":
         if cfg.selfplay.memory.seed_from_library:
             memory.seed_from_library([s for n, s in seeds.items() if n not in cfg.loop.held_out])
     else:
         from spade_jax.eval.pools import load_pool
 
-        fixed_pool = [e for e in load_pool(cfg.loop.pool) if e.name not in cfg.loop.held_out]
-        if not fixed_pool:
+        envs = tuple(e for e in load_pool(cfg.loop.pool) if e.name not in cfg.loop.held_out)
+        if not envs:
             raise ValueError(f"environment pool {cfg.loop.pool!r} is empty")
+        fixed_pool = FixedPool(envs, cfg.loop.pool_envs_per_step, cfg.loop.seed)
     selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, memory=memory)
     return Parts(cfg, run_dir, model, tokenizer, sampler, pool, learner, selfplay, fixed_pool, held_out)
 

@@ -25,6 +25,7 @@ from pathlib import Path
 
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
 from spade_jax.envs.gates import GateConfig
+from spade_jax.envs.source import EnvSource
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.selfplay.audit import Auditor, AuditResult
 from spade_jax.selfplay.batch import SelfPlayBatch, SelfPlaySample
@@ -32,7 +33,7 @@ from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import Corpus
 from spade_jax.selfplay.designer import Designer, DesignResult, DesignTarget
 from spade_jax.selfplay.hints import HintWriter, defines_hint
-from spade_jax.selfplay.memory import Memory
+from spade_jax.selfplay.memory import EnvRecord, Memory
 from spade_jax.selfplay.regret import LearningProgress
 from spade_jax.selfplay.rollouts import HINT, NO_HINT, EpisodeSpec, ModelPolicy, Policy, RolloutEngine, RolloutResult
 from spade_jax.selfplay.window import DesignSample, EnvWindow, Round, RoundScore, score_round, window_stats
@@ -50,6 +51,20 @@ class PlayableEnv:
     skill: str
     hint: str | None = None
     env_hint: bool = False
+
+
+@dataclass(frozen=True)
+class FixedPool:
+    """Where a fixed-pool step's environments come from (the baselines: designer off): `per_step` of `envs`
+    drawn afresh every step by a stream derived from `seed` and the step."""
+
+    envs: tuple[EnvSource, ...]
+    per_step: int
+    seed: int
+
+    def draw(self, step: int) -> list[EnvSource]:
+        rng = random.Random(f"{self.seed}:{step}")
+        return rng.sample(list(self.envs), min(self.per_step, len(self.envs)))
 
 
 def episode_seed(env_id: str, step: int, k: int) -> int:
@@ -208,10 +223,13 @@ class SelfPlay:
                                              env.hint, env.env_hint, env.kind))  # fmt: skip
         return self.engine.run(specs)
 
-    def step(self, step: int, *, final: bool = False) -> SelfPlayBatch:
+    def step(self, step: int, *, final: bool = False, pool: FixedPool | None = None) -> SelfPlayBatch:
         """One full self-play step; returns the samples of both roles and the step's measurements.
 
-        `final` closes every open round, so the designs of the last rounds are trained too."""
+        `final` closes every open round, so the designs of the last rounds are trained too. With `pool` the
+        step plays environments drawn from it instead of designing (archived with origin "pool")."""
+        if pool is not None:
+            return self.play_fixed([self._archived(env, step) for env in pool.draw(step)], step)
         designs: list[DesignResult] = []
         if not self.current or step % self.config.regen_interval == 0:
             designs = self.design(step)
@@ -222,6 +240,14 @@ class SelfPlay:
             self.attach_hints(self.current, step)
             self.open_round(step, self.current, designs)
         return self.measure(self.current, step, designs, final=final)
+
+    def _archived(self, env: EnvSource, step: int) -> PlayableEnv:
+        """A pool environment as played, entered in the memory the first time it is drawn."""
+        env_id = f"pool-{env.name}"
+        if self.memory.get(env_id) is None:
+            self.memory.add(EnvRecord(id=env_id, code=env.source, kind=env.kind, skill=env.skill, name=env.name,
+                                      origin="pool", verdict_valid=True, verdict_gate="pool", step=step))  # fmt: skip
+        return PlayableEnv(env_id, env.source, env.kind, env.skill)
 
     def play_fixed(self, envs: list[PlayableEnv], step: int) -> SelfPlayBatch:
         """A step on given environments (fixed-pool baselines): hints, then a round of its own, scored at once."""
