@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade_jax.envs.contract import contract_text
 from spade_jax.rl.batch import Sample, pack_sequences
@@ -19,6 +19,9 @@ from spade_jax.selfplay.cycle import episode_seed
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec, RolloutEngine, TurnReply, TurnRequest
 from spade_jax.warmstart_config import WarmStartConfig
+
+if TYPE_CHECKING:
+    from spade_jax.parts import Parts
 
 
 class ReferencePolicy:
@@ -157,7 +160,7 @@ def _designer_seeds(cfg: WarmStartConfig, seeds: list[Any], rng: random.Random) 
     return rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
 
 
-def warm_start(parts: Any, cfg: WarmStartConfig, *, progress: Any = None) -> dict[str, float]:
+def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> dict[str, float]:
     """Measures the designer's valid rate, trains on the seed data, measures again; returns the figures."""
     from spade_jax.envs.seeds import list_seeds
 
