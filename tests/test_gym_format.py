@@ -296,6 +296,11 @@ FIRST_TOOL_CALL = {  # a tool call to make before answering (it must not end the
 }
 
 
+def _as_sent(value) -> list:
+    """A local return value as the sandbox sends it: JSON, sets as lists sorted by repr."""
+    return json.loads(json.dumps(list(value), default=lambda o: sorted(o, key=repr)))
+
+
 @pytest.mark.sandbox
 @pytest.mark.parametrize("path", VALID, ids=lambda p: p.stem)
 def test_solution_wins_in_the_sandbox(path, pool):
@@ -303,7 +308,7 @@ def test_solution_wins_in_the_sandbox(path, pool):
     episode ends: the sandbox's transitions equal the local ones, and the last is reward 1.0, terminated."""
     seed = 20_261_202
     local = local_env(path)
-    first = json.loads(json.dumps(list(local.reset(seed=seed))))
+    first = _as_sent(local.reset(seed=seed))
     with pool.open(complete_imports(path.read_text(encoding="utf-8")), env_kwargs={"max_turns": 25}) as session:
         assert session.load_result.ok, session.load_result.message
         reset = session.reset(seed)
@@ -311,7 +316,7 @@ def test_solution_wins_in_the_sandbox(path, pool):
         actions = [FIRST_TOOL_CALL[path.stem]] if path.stem in FIRST_TOOL_CALL else []
         for turn in range(10):
             action = actions[turn] if turn < len(actions) else local.solution()
-            expected = json.loads(json.dumps(list(local.step(action))))
+            expected = _as_sent(local.step(action))
             result = session.step(action)
             assert result.ok, result.message
             assert result.value == expected, (path.stem, turn)

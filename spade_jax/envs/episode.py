@@ -85,6 +85,14 @@ def recv_raw(fd: int, limit: int, deadline: float | None = None) -> bytes | None
     return _read_exact(fd, size, deadline)
 
 
+def _as_list(obj: object, _sorted=sorted, _repr=repr, _kinds=(set, frozenset)) -> list:
+    """JSON for a set in a returned value (the paper's games put them in `info`): its items sorted by repr, so
+    the encoding does not depend on hash order; any other non-JSON object stays a TypeError (bad_return)."""
+    if _isinstance(obj, _kinds):
+        return _sorted(obj, key=_repr)
+    raise TypeError(f"Object of type {_type(obj).__name__} is not JSON serializable")
+
+
 def fail(error: str, message: str, tb: str = "") -> dict:
     return {"ok": False, "error": error, "message": message[:500], "traceback": tb[-8000:]}
 
@@ -146,7 +154,7 @@ class Episode:
 
     def encode(self, what: str, value: object) -> bytes | dict:
         try:
-            data = self.dumps({"ok": True, "value": value}, separators=(",", ":"), allow_nan=False)
+            data = self.dumps({"ok": True, "value": value}, separators=(",", ":"), allow_nan=False, default=_as_list)
         except MemoryError:
             self.reserve = None
             return fail("memory", f"{what} return value ran out of memory while being encoded")

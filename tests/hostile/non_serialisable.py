@@ -1,4 +1,5 @@
-"""Non-serialisable returns: an object in info, a set, a NaN reward, a generator as observation."""
+"""Non-serialisable returns: an object in info, a NaN reward, a generator as observation (and a set, which is
+sent as a sorted list)."""
 
 
 class NonSerialisable:
