@@ -69,3 +69,20 @@ def test_switches_reachable_from_the_run_config():
     assert (cfg.warmstart.designer_variants_per_seed, cfg.warmstart.designer_variant_direction) == (3, "easier")
     with pytest.raises((ConfigError, ValueError), match="contract"):
         load_run_config("demo", ["selfplay.designer.contract=tiny"])
+
+
+def test_gym_contract_example_passes_every_gate_and_the_prompt_asks_for_that_format(pool, tokenizer):
+    """`designer.contract=gym`: the paper's format in about the short text's size, its example valid here,
+    and the prompt asking for a class named ...Env instead of our KIND/SKILL attributes."""
+    from spade_jax.envs.contract import CONTRACT_TEXT_GYM
+    from spade_jax.envs.formats import source_contract
+
+    (code,) = re.findall(r"```python\n(.*?)```", CONTRACT_TEXT_GYM, re.S)
+    assert source_contract(code) == "gym"
+    verdict = validate(code, pool)
+    assert verdict.valid and verdict.details["contract"] == "gym", str(verdict)
+    assert len(tokenizer.encode(CONTRACT_TEXT_GYM, add_special_tokens=False)) < 800
+    gym = design_messages(PromptParts(DesignTarget("game", "memory recall")), "gym")[-1]["content"]
+    assert CONTRACT_TEXT_GYM.strip() in gym and "ending in Env" in gym and "KIND =" not in gym
+    ours = design_messages(PromptParts(DesignTarget("game", "memory recall")), "short")[-1]["content"]
+    assert 'KIND = "game"' in ours

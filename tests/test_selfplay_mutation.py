@@ -5,6 +5,7 @@ scripted policy for the agent; the gates (novelty included) run for real in the 
 
 from __future__ import annotations
 
+import re
 import sqlite3
 from dataclasses import dataclass
 
@@ -249,3 +250,18 @@ def test_an_unmeasured_parent_is_asked_for_a_variant_and_constants_may_be_enough
     assert "Changing only numbers or names is not enough" in strict
     loose = mutation_messages(mem.get(pid), DesignTarget("game", LD, pid), band, constants_ok=True)[-1]["content"]
     assert "Changing its difficulty constants" in loose and "not enough" not in loose
+
+
+def test_a_mutation_of_a_paper_format_parent_keeps_its_format():
+    """A parent in the paper's Gym-style format (no KIND/SKILL attributes) is asked for a class named ...Env;
+    one of ours for its KIND and SKILL."""
+    from spade_jax.envs.contract import CONTRACT_TEXT_GYM
+    from spade_jax.selfplay.memory import EnvRecord
+
+    (gym_code,) = re.findall(r"```python\n(.*?)```", CONTRACT_TEXT_GYM, re.S)
+    target = DesignTarget("game", "logical deduction", "p")
+    gym = EnvRecord(id="p", code=gym_code, kind="game", skill="logical deduction", win_rate_no_hint=0.9)
+    text = mutation_messages(gym, target, (0.4, 0.6))[-1]["content"]
+    assert "End the class name in Env." in text and "Set KIND" not in text
+    ours = EnvRecord(id="p", code=load_seed_source("nim_duel"), kind="game", skill="logical deduction")
+    assert 'Set KIND = "game"' in mutation_messages(ours, target, (0.4, 0.6))[-1]["content"]
