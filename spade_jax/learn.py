@@ -7,6 +7,7 @@ dropped too; both are counted in the step's metrics (`train/*_dropped_frac`, `tr
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from typing import Any
 
 from spade_jax.rl.advantages import group_advantages, group_stats
@@ -25,14 +26,14 @@ def to_train_samples(batch: SelfPlayBatch, loop: LoopConfig = LoopConfig()) -> t
         return [], {}
     rewards = [s.reward for s in samples]
     groups = [s.group_id for s in samples]
-    roles = [s.role_id for s in samples]
+    roles = [s.role for s in samples]
     adv = group_advantages(rewards, groups, roles=roles, role_norm=loop.role_norm,
                            std_roles=(AGENT,) if loop.agent_group_std else (),
                            role_scale={DESIGNER: batch.designer_scale})  # fmt: skip
     out = [
         # The importance weight corrects sampler-vs-learner numerics (and, for the designer's delayed samples,
         # the policy versions since sampling), so it uses the raw-model log-probs.
-        Sample(s.prompt_ids, s.completion_ids, s.completion_mask, s.raw_logprobs or s.logprobs, float(a), s.role_id)
+        replace(s, logprobs=s.raw_logprobs or s.logprobs, advantage=float(a))
         for s, a in zip(samples, adv)
         if a != 0.0
     ]

@@ -15,7 +15,7 @@ from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
 from spade_jax.learn import to_train_samples
 from spade_jax.run_config import LoopConfig
-from spade_jax.selfplay.batch import SelfPlayBatch, SelfPlaySample
+from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.config import (
     CorpusConfig,
     DesignerConfig,
@@ -28,6 +28,7 @@ from spade_jax.selfplay.config import (
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
 from spade_jax.selfplay.regret import plateau
 from spade_jax.selfplay.rollouts import ScriptedPolicy
+from spade_jax.trajectory import DESIGNER, Sample
 
 POOL_WORKERS = 4
 POOL_CALL_TIMEOUT_S = 2.0
@@ -85,7 +86,8 @@ def test_designer_samples_of_a_skill_all_carry_signal_and_the_drop_is_counted():
     """Defect 1: designer rewards are centred per (round, skill) and scaled; none with a reward is lost."""
 
     def design(reward, skill):
-        return SelfPlaySample("designer", [1], [2, 3], [1, 1], [-0.1, -0.1], reward, f"designer/0/game/{skill}")
+        return Sample([1], [2, 3], [1, 1], [-0.1, -0.1], role=DESIGNER, reward=reward,
+                      group_id=f"designer/0/game/{skill}")  # fmt: skip
 
     batch = SelfPlayBatch([design(0.9, "x"), design(0.3, "x"), design(0.6, "y"), design(0.6, "y")])
     batch.designer_scale = 32.0

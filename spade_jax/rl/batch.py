@@ -12,7 +12,6 @@ learner's attention never crosses segments. Rows hold samples of one role only.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import flax.struct
@@ -20,9 +19,10 @@ import jax
 import numpy as np
 
 from spade_jax.sampling.buckets import DEFAULT_BATCH_BUCKETS
+from spade_jax.trajectory import AGENT, DESIGNER, ROLE_NAMES, Sample
 
-AGENT, DESIGNER = 0, 1
-ROLE_NAMES = {AGENT: "agent", DESIGNER: "designer"}
+__all__ = ["AGENT", "DESIGNER", "ROLE_NAMES", "Sample", "TrainBatch", "bucket", "pack_sequences", "split_trainable"]
+
 
 DEFAULT_LENGTH_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 
@@ -49,38 +49,6 @@ class TrainBatch:
     def rows(self, start: int, stop: int) -> TrainBatch:
         """Rows [start, stop) of every array (a micro-batch)."""
         return jax.tree.map(lambda x: x[start:stop], self)
-
-
-@dataclass
-class Sample:
-    """One trajectory as python lists: a prompt and a completion that may interleave observations.
-
-    completion_mask: 1 on tokens the policy produced (trained), 0 on observation tokens inserted by the
-    environment between turns; None means all ones. logprobs: the sampler's log-prob of each completion
-    token (any value where the mask is 0); None means unknown (NaN in the batch): those tokens get importance
-    weight 1, i.e. the sampler is assumed to be the learner. advantage: scalar, or one per completion token.
-    """
-
-    prompt_ids: Sequence[int]
-    completion_ids: Sequence[int]
-    completion_mask: Sequence[int] | None = None
-    logprobs: Sequence[float] | None = None
-    advantage: float | Sequence[float] = 0.0
-    role: int = AGENT
-
-    @classmethod
-    def coerce(cls, s: Sample | Mapping[str, Any]) -> Sample:
-        if isinstance(s, Sample):
-            return s
-        if isinstance(s, Mapping):
-            unknown = set(s) - set(cls.__dataclass_fields__)
-            if unknown:
-                raise ValueError(f"unknown sample keys {sorted(unknown)}; expected {sorted(cls.__dataclass_fields__)}")
-            return cls(**s)
-        raise TypeError(f"sample must be a Sample or a mapping, got {type(s).__name__}")
-
-    def __len__(self) -> int:
-        return len(self.prompt_ids) + len(self.completion_ids)
 
 
 def bucket(n: int, buckets: Sequence[int]) -> int:

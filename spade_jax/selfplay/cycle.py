@@ -28,7 +28,7 @@ from spade_jax.envs.gates import GateConfig
 from spade_jax.envs.source import EnvSource
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.selfplay.audit import Auditor, AuditResult
-from spade_jax.selfplay.batch import SelfPlayBatch, SelfPlaySample
+from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import Corpus
 from spade_jax.selfplay.designer import Designer, DesignResult, DesignTarget
@@ -37,6 +37,7 @@ from spade_jax.selfplay.memory import EnvRecord, Memory
 from spade_jax.selfplay.regret import LearningProgress
 from spade_jax.selfplay.rollouts import HINT, NO_HINT, EpisodeSpec, ModelPolicy, Policy, RolloutEngine, RolloutResult
 from spade_jax.selfplay.window import DesignSample, EnvWindow, Round, RoundScore, score_round, window_stats
+from spade_jax.trajectory import AGENT, DESIGNER, Sample
 
 __all__ = ["PlayableEnv", "SelfPlay", "episode_seed"]
 
@@ -353,7 +354,7 @@ class SelfPlay:
             self.memory.retire(env_id)
         return hung, broken
 
-    def _agent_samples(self, result: RolloutResult, step: int, exclude: set[str] = frozenset()) -> list[SelfPlaySample]:
+    def _agent_samples(self, result: RolloutResult, step: int, exclude: set[str] = frozenset()) -> list[Sample]:
         """The agent role's samples: kept, finished plays (never a hung one, nor any play of the step of an
         environment in `exclude`: one that broke its contract)."""
         out = []
@@ -364,11 +365,12 @@ class SelfPlay:
                 continue
             if not ep.completion_ids or not ep.prompt_ids:
                 continue
-            out.append(SelfPlaySample(
-                "agent", ep.prompt_ids, ep.completion_ids, ep.completion_mask, ep.logprobs, ep.episode_return,
-                f"agent/{step}/{ep.env_id}/{ep.condition}", ep.raw_logprobs,
-                {"env_id": ep.env_id, "condition": ep.condition, "turns": ep.turns, "end": ep.end_reason,
-                 "won": ep.won, "seed": ep.spec.seed},
+            out.append(Sample(
+                ep.prompt_ids, ep.completion_ids, ep.completion_mask, ep.logprobs, role=AGENT,
+                reward=ep.episode_return, group_id=f"agent/{step}/{ep.env_id}/{ep.condition}",
+                raw_logprobs=ep.raw_logprobs,
+                meta={"env_id": ep.env_id, "condition": ep.condition, "turns": ep.turns, "end": ep.end_reason,
+                      "won": ep.won, "seed": ep.spec.seed},
             ))  # fmt: skip
         return out
 
@@ -384,11 +386,11 @@ class SelfPlay:
             return scores
         for d in rnd.samples:
             reward = scores[d.record_id].reward if (d.valid and d.record_id in scores) else 0.0
-            batch.samples.append(SelfPlaySample(
-                "designer", d.prompt_ids, d.completion_ids, [1] * len(d.completion_ids), d.logprobs, reward,
-                f"designer/{rnd.start}/{d.kind}/{d.skill}", d.raw_logprobs,
-                {"record_id": d.record_id, "attempt": d.attempt, "gate": d.gate, "valid": d.valid,
-                 "kind": d.kind, "skill": d.skill, "round": rnd.start, "delayed_by": step - rnd.start},
+            batch.samples.append(Sample(
+                d.prompt_ids, d.completion_ids, [1] * len(d.completion_ids), d.logprobs, role=DESIGNER,
+                reward=reward, group_id=f"designer/{rnd.start}/{d.kind}/{d.skill}", raw_logprobs=d.raw_logprobs,
+                meta={"record_id": d.record_id, "attempt": d.attempt, "gate": d.gate, "valid": d.valid,
+                      "kind": d.kind, "skill": d.skill, "round": rnd.start, "delayed_by": step - rnd.start},
             ))  # fmt: skip
         return scores
 
