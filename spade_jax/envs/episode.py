@@ -100,7 +100,7 @@ def fail(error: str, message: str, tb: str = "") -> dict:
 # ----------------------------------------------------------------------------------- episode process
 
 
-class Episode:
+class EpisodeProcess:
     """Runs inside the forked, unprivileged episode process: loads one env and answers calls."""
 
     def __init__(self, cfg: dict):

@@ -8,7 +8,7 @@ Two kinds of process per sandbox:
   * the zygote (this module's `main`): trusted, never runs environment code. It owns the host channel
     (framed JSON on the original stdin/stdout, moved to private fds; fds 0/1 then point at /dev/null so
     prints cannot corrupt it), keeps common modules imported, and forks one *episode process* per session.
-  * the episode process (`episode.Episode`): drops to an unprivileged uid (two per worker, used in turn, so
+  * the episode process (`episode.EpisodeProcess`): drops to an unprivileged uid (two per worker, used in turn, so
     the next one can be forked while the current one runs without being reachable from it), applies the
     rlimits, loads the source in a fresh module, constructs the env and answers calls. The zygote relays each call,
     enforces the per-call deadline (SIGKILL), caps and validates the reply bytes (bound to its request by a
@@ -36,7 +36,7 @@ import sys
 import time
 
 from spade_jax.envs.cleanup import _unshare_ipc, remove_ipc, remove_tree
-from spade_jax.envs.episode import HEADER, NONCE_BYTES, Episode, fail, recv_raw, send, write_all
+from spade_jax.envs.episode import HEADER, NONCE_BYTES, EpisodeProcess, fail, recv_raw, send, write_all
 
 ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
 PRELOAD = (
@@ -121,7 +121,7 @@ class Zygote:
             os.setuid(uid)
         os.chdir(cfg["tmp"])
         os.environ.update(TMPDIR=cfg["tmp"], HOME=cfg["tmp"])
-        Episode(cfg).serve(rfd, wfd)
+        EpisodeProcess(cfg).serve(rfd, wfd)
 
     def other_uid(self):
         """The uid for the next episode process: not the current one's."""
