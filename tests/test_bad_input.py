@@ -260,3 +260,15 @@ def test_the_cycle_validates_with_the_configured_gates(pool, tokenizer, tmp_path
     sp = SelfPlay(cfg.selfplay, sampler=None, tokenizer=tokenizer, pool=pool, run_dir=tmp_path, corpus=None)
     assert sp.gate_config.max_random_win_rate == 0.05 and sp.designer.gate_config is sp.gate_config
     assert (sp.gate_config.max_turns, sp.gate_config.seed_key) == (3, gate_key(tmp_path))
+
+
+def test_a_closed_pipe_ends_the_command_quietly() -> None:
+    """`spade-jax validate-env F | head -0`: the reader is gone before the verdict is printed; no traceback."""
+    import subprocess
+    import sys
+
+    cmd = [sys.executable, "-m", "spade_jax.cli", "validate-env", "tests/broken_envs/syntax_error.py"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc.stdout.close()  # before the child has even imported its modules
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141 and "Traceback" not in err, err

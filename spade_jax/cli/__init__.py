@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import signal
 import sys
 
@@ -64,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
             if command_line:
                 exit_now(128 + signum)
             return 128 + signum
+        except BrokenPipeError:  # `spade-jax ... | head`: the reader left; say nothing more, as `cat` would
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
+            return 128 + signal.SIGPIPE
         except (FileNotFoundError, ValueError) as e:
             # Bad input gets one clear line, not a traceback.
             print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
