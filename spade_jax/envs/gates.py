@@ -70,8 +70,8 @@ class GateConfig:
                 raise ValueError(f"gates.{name}={getattr(self, name)}; expected >= 0")
         if not 0.0 <= self.max_random_win_rate <= 1.0:
             raise ValueError(f"gates.max_random_win_rate={self.max_random_win_rate}; expected a rate in [0, 1]")
-        if not self.time_budget_s > 0:
-            raise ValueError(f"gates.time_budget_s={self.time_budget_s}; expected > 0")
+        if not self.time_budget_s >= 0:
+            raise ValueError(f"gates.time_budget_s={self.time_budget_s}; expected >= 0 seconds")
 
     def seed(self, purpose: str, i: int = 0) -> int:
         """Reset seed of gate episode i of a purpose: 31 bits of a keyed hash, like the training seeds."""
