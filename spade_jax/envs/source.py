@@ -2,9 +2,9 @@
 named and directory pools, released-layout pools and exports), whichever contract the program follows.
 
 Reading a file never runs it: the metadata comes from the source (`formats.env_meta`), a manifest row may
-override kind, skill and name, and a program in the paper's format is stored with its missing standard-library
-imports completed (`formats.complete_imports`), as the gates would load it. A file that is not UTF-8, does
-not parse or holds no environment class is a ValueError naming the file.
+override kind, skill and name, and a program is stored with any missing standard-library imports completed
+(`formats.complete_imports`, what the paper's loader tolerates), as the gates would load it. A file that is not
+UTF-8, does not parse or holds no environment class is a ValueError naming the file.
 """
 
 from __future__ import annotations
@@ -44,5 +44,4 @@ class EnvSource:
         kind = row["kind"] if row.get("kind") in KINDS else meta.kind
         skill = str(row.get("skill") or meta.skill or skill_from_filename(path.stem))
         name = name or str(row.get("name") or meta.name)
-        source = complete_imports(source) if meta.contract == "gym" else source
-        return cls(name, source, kind, skill, meta.contract, path)
+        return cls(name, complete_imports(source), kind, skill, meta.contract, path)
