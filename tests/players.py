@@ -4,6 +4,8 @@ scripted higher/lower player. Everything around them (sandboxes, gates, hints, r
 from __future__ import annotations
 
 import random
+import re
+from pathlib import Path
 
 from spade_jax.envs.base import extract_boxed
 
@@ -64,3 +66,12 @@ class ParityGame(GameEnv):
         won = len(action) % 2 == 0 and "boxed" not in action
         return ("You win." if won else "You lose."), (1.0 if won else 0.0), True
 '''
+
+
+def expectation(path: Path) -> tuple[str, str]:
+    """(gate or "valid", reason substring or regex) from a test program's `# expect:` / `# reason:` header."""
+    text = path.read_text(encoding="utf-8")
+    gate = re.search(r"^# expect: (\w+)$", text, re.M)
+    reason = re.search(r"^# reason: (.+)$", text, re.M)
+    assert gate and reason, f"{path.name} lacks its '# expect:' / '# reason:' header"
+    return gate.group(1), reason.group(1)

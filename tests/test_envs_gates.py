@@ -9,6 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
+from players import expectation
 
 from spade_jax.envs.gates import GATES, GateConfig, validate, validate_static
 from spade_jax.envs.seeds import list_seeds, load_seed_source
@@ -16,15 +17,6 @@ from spade_jax.envs.seeds import list_seeds, load_seed_source
 BROKEN_DIR = Path(__file__).parent / "broken_envs"
 SEEDS = {s.name: load_seed_source(s.name) for s in list_seeds()}
 STATIC_GATES = ("extract", "static")
-
-
-def expectation(path: Path) -> tuple[str, str]:
-    """(gate, reason regex) from the `# expect:` / `# reason:` header of a broken program."""
-    text = path.read_text(encoding="utf-8")
-    gate = re.search(r"^# expect: (\w+)$", text, re.M)
-    reason = re.search(r"^# reason: (.+)$", text, re.M)
-    assert gate and reason, f"{path.name} lacks its '# expect:' / '# reason:' header"
-    return gate.group(1), reason.group(1)
 
 
 BROKEN = sorted(p for p in BROKEN_DIR.iterdir() if p.suffix in (".py", ".txt"))

@@ -18,6 +18,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from players import expectation
 
 from spade_jax.envs.formats import ADDED_MARK, complete_imports, missing_imports, source_contract
 from spade_jax.envs.gates import GATES, GateConfig, validate
@@ -32,15 +33,6 @@ GYM_DIR = Path(__file__).parent / "gym_envs"
 FILES = sorted(GYM_DIR.glob("*.py"))
 SEEDS = {s.name: load_seed_source(s.name) for s in list_seeds()}
 RUN_LIKE = GateConfig(seed_key="a-run-secret-0f3c9e")  # as a run validates: with a seed key of its own
-
-
-def expectation(path: Path) -> tuple[str, str]:
-    """(gate or "valid", reason substring) from a file's `# expect:` / `# reason:` header."""
-    text = path.read_text(encoding="utf-8")
-    gate = re.search(r"^# expect: (\w+)$", text, re.M)
-    reason = re.search(r"^# reason: (.+)$", text, re.M)
-    assert gate and reason, f"{path.name} lacks its '# expect:' / '# reason:' header"
-    return gate.group(1), reason.group(1)
 
 
 VALID = [p for p in FILES if expectation(p)[0] == "valid"]
