@@ -11,9 +11,10 @@ from dataclasses import replace
 from typing import Any
 
 from spade_jax.rl.advantages import group_advantages, group_stats
-from spade_jax.rl.batch import AGENT, DESIGNER, ROLE_NAMES, Sample, pack_sequences, split_trainable
+from spade_jax.rl.batch import Sample, pack_sequences, split_trainable
 from spade_jax.run_config import LoopConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
+from spade_jax.trajectory import AGENT, DESIGNER, ROLE_NAMES
 
 __all__ = ["band_stats", "to_train_samples", "train_on"]
 

@@ -61,8 +61,9 @@ def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: An
     """The learner, memory and self-play around a started pool (`build`, which closes the pool on failure)."""
     from spade_jax.envs.seeds import list_seeds
     from spade_jax.rl.learner import Learner
+    from spade_jax.trajectory import ROLE_NAMES
 
-    learner = Learner(model, cfg.learner, mesh=mesh)
+    learner = Learner(model, cfg.learner, mesh=mesh, role_names=ROLE_NAMES)
 
     seeds = {s.name: s for s in list_seeds()}
     unknown = [n for n in cfg.loop.held_out if n not in seeds]

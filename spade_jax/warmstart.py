@@ -187,7 +187,7 @@ def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> d
     # (and no KL reference of its own: kl_coef 0 keeps it from copying the params).
     rl = parts.learner
     sft_cfg = dataclasses.replace(rl.config, lr=cfg.lr, schedule="constant", warmup_steps=0, kl_coef=0.0)
-    sft = Learner(rl.model, sft_cfg, mesh=rl.mesh, rules=rl.rules)
+    sft = Learner(rl.model, sft_cfg, mesh=rl.mesh, rules=rl.rules, role_names=rl.role_names)
     buckets = rl.config.length_buckets_for(limit)
     losses = []
     for _ in range(cfg.epochs):

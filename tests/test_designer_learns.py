@@ -44,13 +44,14 @@ from flax import nnx
 import spade_jax.selfplay.designer as designer_module
 from spade_jax.envs.novelty import NoveltyIndex, NoveltyResult
 from spade_jax.learn import train_on
-from spade_jax.rl.batch import DESIGNER, Sample, pack_sequences
+from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
 from spade_jax.run_config import LoopConfig
 from spade_jax.selfplay.config import DesignerConfig, HintConfig, MemoryConfig, RolloutConfig, SelfPlayConfig
 from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.policies import ScriptedPolicy
+from spade_jax.trajectory import DESIGNER
 
 POOL_WORKERS = 4
 POOL_CALL_TIMEOUT_S = 3.0

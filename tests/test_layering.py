@@ -66,6 +66,18 @@ def test_rl_imports_no_selfplay_and_no_envs():
     assert _violations("rl", ("spade_jax.selfplay", "spade_jax.envs")) == []
 
 
+def test_rl_knows_no_role_names():
+    """rl takes the trajectory record from `spade_jax.trajectory`, not the roles: the learner is told their
+    names (`Learner(role_names=...)`), so a third role needs no change in rl."""
+    taken = set()
+    for path in sorted((PACKAGE / "rl").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom) and node.module == "spade_jax.trajectory":
+                taken.update(a.name for a in node.names)
+    assert taken == {"Sample"}
+    assert "agent" not in (PACKAGE / "rl" / "learner.py").read_text(encoding="utf-8").lower().replace("_", " ")
+
+
 def test_the_rule_checker_sees_a_violation(tmp_path):
     """The checker itself can fail: a function-level and a relative import are both found."""
     fake = PACKAGE / "rl" / "batch.py"

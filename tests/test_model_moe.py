@@ -114,9 +114,8 @@ def test_logits_match_transformers(pair) -> None:
 
 
 def test_cache_and_single_token_decode_paths(pair) -> None:
-    """Prefill + per-token decode through the KV cache, and the sampler's forward_one, reproduce the full pass."""
-    from spade_jax.sampling.decode import DecodeCache, forward_one
-
+    """Prefill + per-token decode through the KV cache, and the model's one-token `decode`, reproduce the full
+    pass."""
     _first_case(pair)
     _, _, cfg, ours, ref = pair
     tokens = jnp.asarray(_tokens(), jnp.int32)
@@ -130,8 +129,8 @@ def test_cache_and_single_token_decode_paths(pair) -> None:
         outs.append(np.asarray(step))
     assert float(np.abs(np.concatenate(outs, axis=1) - ref).max()) <= TOL
 
-    dcache = DecodeCache.zeros(cfg, b, t)
-    step_fn = nnx.jit(lambda m, tok, pos, c, slot: forward_one(m, tok, pos, c, slot, jnp.zeros((b,), jnp.int32)))
+    dcache = KVCache.zeros(cfg, b, t)
+    step_fn = nnx.jit(lambda m, tok, pos, c, slot: m.decode(tok, pos, c, slot, jnp.zeros((b,), jnp.int32)))
     rows = []
     for i in range(t):
         logits, dcache = step_fn(ours, tokens[:, i], jnp.full((b,), i, jnp.int32), dcache, jnp.int32(i))

@@ -149,6 +149,47 @@ def test_kv_cache_prefill_and_decode_match_full_forward(case: str) -> None:
     assert diff <= TOL
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_one_token_decode_matches_full_forward(case: str) -> None:
+    """`Transformer.decode` (the sampler's step) gives the full pass's logits token by token, into the cache or
+    into a chunk read beside it, with the model's own weights and with every CPU-fast layout."""
+    hf_model = _hf_model(case, seed=6)
+    cfg, model = _ours(hf_model)
+    b, t, width = 2, 10, 4
+    tokens = _tokens(b, t, seed=8)
+    full = np.asarray(model(jnp.asarray(tokens))[0])
+    pad = jnp.zeros((b,), jnp.int32)
+    step = nnx.jit(lambda m, tok, pos, c, slot, lay: m.decode(tok, pos, c, slot, pad, layouts=lay))
+    chunk_step = nnx.jit(
+        lambda m, tok, pos, c, slot, lay, ch, j: m.decode(tok, pos, c, slot, pad, layouts=lay, chunk=ch, chunk_index=j)
+    )
+    variants = {
+        "own": model.decode_layouts(),
+        "head": model.decode_layouts(head=True),
+        "kernels": model.decode_layouts(kernels=True),
+        "both": model.decode_layouts(head=True, kernels=True),
+    }
+    for name, layouts in variants.items():
+        cache, rows = KVCache.zeros(cfg, b, t), []
+        for i in range(t):
+            logits, cache = step(model, jnp.asarray(tokens[:, i]), jnp.full((b,), i, jnp.int32), cache, i, layouts)
+            rows.append(np.asarray(logits))
+        diff = float(np.abs(np.stack(rows, axis=1) - full).max())
+        assert diff <= TOL, f"{case} {name}: max |decode - full| = {diff:.2e}"
+    # the first `width` tokens into the cache, the rest into a chunk that is never flushed
+    cache, rows = KVCache.zeros(cfg, b, t), []
+    for i in range(width):
+        logits, cache = step(model, jnp.asarray(tokens[:, i]), jnp.full((b,), i, jnp.int32), cache, i, None)
+        rows.append(np.asarray(logits))
+    chunk = KVCache.zeros(cfg, b, t - width)
+    for j, i in enumerate(range(width, t)):
+        pos = jnp.full((b,), i, jnp.int32)
+        logits, chunk = chunk_step(model, jnp.asarray(tokens[:, i]), pos, cache, i, None, chunk, j)
+        rows.append(np.asarray(logits))
+    diff = float(np.abs(np.stack(rows, axis=1) - full).max())
+    assert diff <= TOL, f"{case} chunk: max |decode - full| = {diff:.2e}"
+
+
 def test_left_padded_cache_rows_match_unpadded_forward() -> None:
     """Left-padded batch through the cache (shared cache_index, per-row positions, pad slots masked) equals each
     row run alone; this is the layout the sampler uses."""

@@ -140,7 +140,7 @@ def test_sharded_forward_matches_unsharded(results: dict, mesh_name: str) -> Non
     assert r["cache_diff"] <= 1e-5
     batch = ["data", "fsdp"] if mesh_name.startswith("data2") else "fsdp"
     assert r["logits_spec"] == [batch, None, "tensor"]  # batch split, vocab over tensor
-    assert r["cache_spec"][2] == "tensor"  # kv heads split over tensor
+    assert r["cache_spec"][1] == "tensor"  # kv heads split over tensor (keys [B, kv_heads, head_dim, S])
 
 
 # ------------------------------------------------------------------ rule logic, in-process (no devices needed)

@@ -17,6 +17,7 @@ from flax import nnx
 from spade_jax.checkpoint import Checkpointer
 from spade_jax.rl.batch import pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
+from spade_jax.trajectory import ROLE_NAMES
 from tests.test_rl_learner import _model, _params, _samples
 
 
@@ -43,7 +44,7 @@ def test_kl_pulls_the_policy_back_to_the_reference():
     move back toward the policy the learner was built with: each step lowers the KL (before the fix: no `kl`,
     a zero loss, and the params did not move)."""
     model = _model()
-    learner = Learner(model, LearnerConfig(lr=3e-3, weight_decay=0.0, kl_coef=0.5))
+    learner = Learner(model, LearnerConfig(lr=3e-3, weight_decay=0.0, kl_coef=0.5), role_names=ROLE_NAMES)
     _perturb(model)
     batch = _batch(zero_adv=True)
     start, kls = _params(model), []
@@ -86,7 +87,8 @@ def test_kl_metric_matches_numpy_k3_against_a_separate_forward():
     samples = _samples(8, seed=3)
     batch = pack_sequences(samples, length_buckets=(16,), batch_buckets=(4,))
     model = _model()
-    learner = Learner(model, LearnerConfig(lr=1e-2, kl_coef=0.1, micro_batch_size=2, logits_chunk=5))
+    lcfg = LearnerConfig(lr=1e-2, kl_coef=0.1, micro_batch_size=2, logits_chunk=5)
+    learner = Learner(model, lcfg, role_names=ROLE_NAMES)
     ref_np = _params(model)
     first = learner.train_step(batch)  # moves the policy away from the reference
     assert first["kl"] == pytest.approx(0.0, abs=1e-9)  # the first step starts at the reference

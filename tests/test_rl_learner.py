@@ -18,6 +18,7 @@ from spade_jax.model.config import ModelConfig
 from spade_jax.model.transformer import Transformer
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
+from spade_jax.trajectory import ROLE_NAMES
 
 CFG = ModelConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_layers=2, num_heads=4, num_kv_heads=2,
                   head_dim=8, rms_norm_eps=1e-6)  # fmt: skip
@@ -89,12 +90,12 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
     }
     results = {}
     for name, cfg in configs.items():
-        learner = Learner(_model(), cfg)
+        learner = Learner(_model(), cfg, role_names=ROLE_NAMES)
         metrics = learner.train_step(batch)
         results[name] = (metrics, _params(learner.model), learner)
     with monkeypatch.context() as patch:  # the unrolled blocks again, past the size where they are recomputed
         patch.setattr(transformer, "REMAT_SCORE_BYTES", 0)
-        learner = Learner(_model(), configs["qchunk"])
+        learner = Learner(_model(), configs["qchunk"], role_names=ROLE_NAMES)
         metrics = learner.train_step(batch)
         params, rest = learner._split()
         traced = learner._fused.trace(params, rest, learner.opt_state, learner._put(batch), learner._norms(batch), "rl")

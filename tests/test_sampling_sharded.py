@@ -17,6 +17,9 @@ import pytest
 pytestmark = pytest.mark.slow
 
 
+SHARED = "A prefix every prompt of the batch shares, long enough to be prefilled once. "
+
+
 def _worker() -> None:
     from flax import nnx
 
@@ -38,22 +41,26 @@ def _worker() -> None:
         if shape:
             mesh = S.make_mesh(shape)
             S.shard_model(model, mesh)
-        sampler = Sampler(model, tok, mesh=mesh, max_total_len=128, chunk_steps=8)
+        sampler = Sampler(model, tok, mesh=mesh, max_total_len=128, chunk_steps=8, min_shared_prefix=64)
         res = {}
-        for label, params in (
-            ("greedy", SamplingParams(max_new_tokens=20, greedy=True, ignore_eos=True)),
-            ("sampled", SamplingParams(max_new_tokens=20, temperature=1.0, top_p=0.9, seed=4, ignore_eos=True)),
+        greedy = SamplingParams(max_new_tokens=20, greedy=True, ignore_eos=True)
+        for label, params, rows in (
+            ("greedy", greedy, prompts),
+            (
+                "sampled",
+                SamplingParams(max_new_tokens=20, temperature=1.0, top_p=0.9, seed=4, ignore_eos=True),
+                prompts,
+            ),
+            ("shared-prefix", greedy, [SHARED + p for p in prompts]),  # 64 tokens prefilled once, placed per row
         ):
-            cs = sampler.generate(prompts, params)
+            cs = sampler.generate(rows, params)
             res[label] = {"tokens": [c.token_ids for c in cs], "raw": [c.raw_logprobs for c in cs]}
+        res["prefix_tokens_reused"] = sampler.prefix_tokens_reused
         if mesh is not None:  # the decode cache of the last call is gone; check a fresh prefill's placement
             import numpy as np
 
-            logits, cache = sampler._prefill(
-                sampler._put(np.zeros((8, 32), np.int32), ("batch", "length")),
-                sampler._put(np.zeros((8,), np.int32), ("batch",)),
-                64,
-            )
+            rows = [[0] * 32] * 8  # shares too little for a prefix: a plain prefill
+            logits, cache = sampler._prefill(rows, np.zeros((8, 32), np.int32), np.zeros((8,), np.int32), 64)
             res["cache_shard_shape"] = [list(x[0].addressable_shards[0].data.shape) for x in (cache.k, cache.v)]
         out[name] = res
     print(json.dumps(out))
@@ -66,7 +73,8 @@ def test_sharded_sampler_matches_unsharded():
     assert res.returncode == 0, res.stderr[-3000:]
     out = json.loads(res.stdout.strip().splitlines()[-1])
     ref, sh = out["none"], out["data2-fsdp2-tensor2"]
-    for label in ("greedy", "sampled"):
+    assert sh["prefix_tokens_reused"] == ref["prefix_tokens_reused"] == 64 * 7
+    for label in ("greedy", "sampled", "shared-prefix"):
         assert sh[label]["tokens"] == ref[label]["tokens"], label
         for a, b in zip(sh[label]["raw"], ref[label]["raw"]):
             np.testing.assert_allclose(a, b, atol=1e-4)

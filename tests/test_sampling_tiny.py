@@ -253,3 +253,66 @@ def _alone_and_batched_vs_full_forward(model, tok, prompts, *, max_new_tokens: i
         wants.append(log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids])
         np.testing.assert_allclose(c.raw_logprobs, wants[-1], atol=1e-4)
     return wants
+
+
+SHARED = "You write small puzzle games. Every game is one class with reset and step; keep it short. " * 2
+SUFFIXES = ["Write a maze.", "Write a sliding puzzle with five tiles.", "Sonar.", "Write a word ladder game, please."]
+
+
+def test_shared_prefix_prefill_equals_a_full_prefill(setup):
+    """The prefix's one-row KV placed at each row's own slots, then only the later chunks computed, gives the
+    logits and cache of a prefill from scratch."""
+    import jax.numpy as jnp
+
+    from spade_jax.sampling.prefill import prefill, prefix_kv
+
+    model, tok, _ = setup
+    rows = [tok.encode(SHARED + s) for s in SUFFIXES]
+    shared = 128
+    assert all(r[:shared] == rows[0][:shared] for r in rows)
+    p = 256
+    tokens = np.zeros((len(rows), p), np.int32)
+    pad = np.array([p - len(r) for r in rows], np.int32)
+    for i, r in enumerate(rows):
+        tokens[i, pad[i] :] = r
+    prefix_tokens = np.zeros((1, 192), np.int32)  # right-padded past the shared part, as the sampler does
+    prefix_tokens[0, :shared] = rows[0][:shared]
+    fresh = nnx.jit(lambda m, t, pl: prefill(m, t, pl, cache_len=p))
+    reused = nnx.jit(lambda m, t, pl, kv, s: prefill(m, t, pl, cache_len=p, prefix=kv, start=s))
+    want_logits, want_cache = fresh(model, jnp.asarray(tokens), jnp.asarray(pad))
+    kv = nnx.jit(prefix_kv)(model, jnp.asarray(prefix_tokens))
+    start = int(pad.min()) + shared
+    got_logits, got_cache = reused(model, jnp.asarray(tokens), jnp.asarray(pad), kv, jnp.int32(start))
+    np.testing.assert_allclose(np.asarray(got_logits), np.asarray(want_logits), atol=1e-5)
+    for i in range(len(rows)):  # every real slot of every row and layer
+        for got, want in zip(got_cache.k + got_cache.v, want_cache.k + want_cache.v):
+            g, w = np.asarray(got)[i], np.asarray(want)[i]
+            sl = (slice(None), slice(None), slice(pad[i], p)) if g.shape[-1] == p else (slice(None), slice(pad[i], p))
+            np.testing.assert_allclose(g[sl], w[sl], atol=1e-5)
+
+
+def test_sampler_shares_prefixes_and_drops_them_on_update_model(setup):
+    model, tok, _ = setup
+    params = SamplingParams(max_new_tokens=16, greedy=True, ignore_eos=True)
+    prompts = [SHARED + s for s in SUFFIXES]
+    plain = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=0)
+    sharing = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=64)
+    want = plain.generate(prompts, params)
+    got = sharing.generate(prompts, params)
+    assert sharing.prefix_tokens_reused == 128 * (len(prompts) - 1) and plain.prefix_tokens_reused == 0
+    for g, w in zip(got, want):
+        assert g.token_ids == w.token_ids
+        np.testing.assert_allclose(g.raw_logprobs, w.raw_logprobs, atol=1e-5)
+    # a later call with other suffixes reuses the cached prefix (no new prefix program, no new prefill of it)
+    compiled = sharing.compile_count
+    again = sharing.generate([SHARED + s[::-1] for s in SUFFIXES], params)
+    assert sharing.compile_count == compiled and sharing.prefix_tokens_reused == 2 * 128 * (len(prompts) - 1)
+    assert [c.token_ids for c in again] == [
+        c.token_ids for c in plain.generate([SHARED + s[::-1] for s in SUFFIXES], params)
+    ]
+    # new weights: the old prefix KV must not be reused (it would give the old model's continuation)
+    other, _ = make_model(seed=1)
+    sharing.update_model(other)
+    for c in sharing.generate(prompts, params):
+        logits = full_logits(other, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
+        assert c.token_ids == logits.argmax(-1).tolist()

@@ -179,11 +179,12 @@ def kv_cache_shardings(
     mesh: Mesh, cfg: ModelConfig, batch: int, length: int, rules: ShardingRules | None = None
 ) -> KVCache:
     """Shardings for a `KVCache` of this size (a KVCache whose leaves are NamedShardings)."""
-    from spade_jax.model.transformer import KVCache
+    from spade_jax.model.kv_cache import K_AXES, V_AXES, KVCache
 
-    shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
-    s = activation_sharding(mesh, ("batch", "length", "kv_heads", "head_dim"), shape, rules)
-    return KVCache(k=[s] * cfg.num_layers, v=[s] * cfg.num_layers)
+    kvh, d = cfg.num_kv_heads, cfg.head_dim
+    k = activation_sharding(mesh, K_AXES, (batch, kvh, d, length), rules)
+    v = activation_sharding(mesh, V_AXES, (batch, kvh, length, d), rules)
+    return KVCache(k=[k] * cfg.num_layers, v=[v] * cfg.num_layers)
 
 
 @contextlib.contextmanager

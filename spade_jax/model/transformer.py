@@ -7,41 +7,29 @@ so import and export are a rename plus a transpose. Each parameter carries logic
 
 from __future__ import annotations
 
-import flax.struct
+import dataclasses
+
 import jax
 import jax.numpy as jnp
 from flax import nnx
 
+from spade_jax.model import kv_cache as kvc
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.kv_cache import DecodeLayouts, KVCache
 from spade_jax.model.moe import MoE
 from spade_jax.model.rope import apply_rope, inv_frequencies
 from spade_jax.model.sharding import constrain
 
-_NEG_INF = -1e30
+__all__ = ["DecodeLayouts", "ForwardOptions", "KVCache", "Transformer"]
+
+_NEG_INF = kvc.NEG_INF
+REMAT_POLICIES = {
+    "nothing": None,  # save only block inputs, recompute everything else
+    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
+}
 MAX_UNROLLED_BLOCKS = 8  # `block_attention`: more blocks than this run as a loop ...
 LOOP_BLOCK_ROWS = 512  # ... of blocks of at least this many query rows
 REMAT_SCORE_BYTES = 64 * 2**20  # unrolled blocks keep their probabilities for the backward up to this (per layer)
-
-
-@flax.struct.dataclass
-class KVCache:
-    """Per-layer key/value buffers [B, S, num_kv_heads, head_dim]; slot s holds the token written at s."""
-
-    k: list[jax.Array]
-    v: list[jax.Array]
-
-    @classmethod
-    def zeros(cls, cfg: ModelConfig, batch: int, length: int, dtype=None) -> KVCache:
-        dtype = dtype or cfg.jnp_dtype
-        shape = (batch, length, cfg.num_kv_heads, cfg.head_dim)
-        return cls(
-            k=[jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
-            v=[jnp.zeros(shape, dtype) for _ in range(cfg.num_layers)],
-        )
-
-    @property
-    def length(self) -> int:
-        return self.k[0].shape[1]
 
 
 class Linear(nnx.Linear):
@@ -100,8 +88,6 @@ class RMSNorm(nnx.Module):
 class Attention(nnx.Module):
     """Grouped-query attention with RoPE, optional QKV bias (qwen2) and per-head q/k norm (qwen3)."""
 
-    query_chunk: int = 0  # query rows per causal block without a cache (0: all at once); the learner sets it
-
     def __init__(self, cfg: ModelConfig, rngs: nnx.Rngs):
         e, d = cfg.hidden_size, cfg.head_dim
         self.cfg = cfg
@@ -113,6 +99,21 @@ class Attention(nnx.Module):
             self.q_norm = RMSNorm(d, cfg.rms_norm_eps, cfg, "head_dim")
             self.k_norm = RMSNorm(d, cfg.rms_norm_eps, cfg, "head_dim")
 
+    def _qkv(self, x: jax.Array, positions: jax.Array, kernel_t: jax.Array | None = None) -> tuple[jax.Array, ...]:
+        """q [B, T, H, D] and k, v [B, T, K, D] of x [B, T, E] (or [B, E], one token: T = 1), normed (qwen3) and
+        rotated to positions [B, T]."""
+        cfg = self.cfg
+        b, t = x.shape[0], x.shape[1] if x.ndim == 3 else 1
+        q, k, v = kvc.linears((self.q_proj, self.k_proj, self.v_proj), x, kernel_t)
+        q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
+        k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+        v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
+        if cfg.qk_norm:
+            q, k = self.q_norm(q), self.k_norm(k)
+        # Frequencies are trace-time numpy constants (kept out of the module state so it holds only Params).
+        inv_freq, rope_scale = inv_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
+        return apply_rope(q, positions, inv_freq, rope_scale), apply_rope(k, positions, inv_freq, rope_scale), v
+
     def __call__(
         self,
         x: jax.Array,
@@ -120,35 +121,43 @@ class Attention(nnx.Module):
         mask: jax.Array,
         cache_kv: tuple[jax.Array, jax.Array] | None,
         cache_index: jax.Array | int,
+        query_chunk: int = 0,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
+        """x [B, T, E] -> (output [B, T, E], updated (keys, values) or None). Without a cache, `query_chunk`
+        rows at a time (`block_attention`; 0: all at once)."""
         cfg = self.cfg
         b, t, _ = x.shape
-        q = self.q_proj(x).reshape(b, t, cfg.num_heads, cfg.head_dim)
-        k = self.k_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-        v = self.v_proj(x).reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
-        if cfg.qk_norm:
-            q, k = self.q_norm(q), self.k_norm(k)
-        # Frequencies are trace-time numpy constants (kept out of the module state so it holds only Params).
-        inv_freq, rope_scale = inv_frequencies(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling)
-        q = apply_rope(q, positions, inv_freq, rope_scale)
-        k = apply_rope(k, positions, inv_freq, rope_scale)
-
+        q, k, v = self._qkv(x, positions)
+        q = q.reshape(b, t, cfg.num_kv_heads, cfg.num_heads // cfg.num_kv_heads, cfg.head_dim)
         if cache_kv is not None:
-            ck, cv = cache_kv
-            start = (0, cache_index, 0, 0)
-            ck = jax.lax.dynamic_update_slice(ck, k.astype(ck.dtype), start)
-            cv = jax.lax.dynamic_update_slice(cv, v.astype(cv.dtype), start)
-            k, v, new_cache = ck.astype(q.dtype), cv.astype(q.dtype), (ck, cv)
+            ck, cv = kvc.write(*cache_kv, k, v, cache_index)
+            out, new_cache = cached_attention(q, ck, cv, mask), (ck, cv)
+        elif blocks_apply(t, query_chunk):
+            out, new_cache = block_attention(q, k, v, mask, query_chunk), None
         else:
-            new_cache = None
-
-        groups = cfg.num_heads // cfg.num_kv_heads
-        q = q.reshape(b, t, cfg.num_kv_heads, groups, cfg.head_dim)
-        if cache_kv is None and blocks_apply(t, self.query_chunk):
-            out = block_attention(q, k, v, mask, self.query_chunk)
-        else:
-            out = attention(q, k, v, mask)
+            out, new_cache = attention(q, k, v, mask), None
         return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), new_cache
+
+    def decode(
+        self,
+        x: jax.Array,
+        positions: jax.Array,
+        into: tuple[jax.Array, jax.Array],
+        at,
+        valid: jax.Array,
+        prior: tuple[jax.Array, jax.Array, jax.Array] | None,
+        kernels: dict[str, jax.Array],
+    ) -> tuple[jax.Array, tuple[jax.Array, jax.Array]]:
+        """One token per row, x [B, E] at positions [B]: its k/v are written at slot `at` of `into` (keys,
+        values), whose slots attend where `valid` [B, S]; with `prior` (keys, values, valid), a read-only cache
+        before them in the same softmax. Returns (output [B, E], updated `into`)."""
+        cfg = self.cfg
+        b, d, kvh = x.shape[0], cfg.head_dim, cfg.num_kv_heads
+        q, k, v = self._qkv(x, positions[:, None], kernels.get("qkv"))
+        kn, vn = kvc.write(*into, k, v, at)
+        parts = [(kn, vn, valid)] if prior is None else [prior, (kn, vn, valid)]
+        out = kvc.attend_one(q.reshape(b, kvh, cfg.num_heads // kvh, d), parts, d)
+        return kvc.linears((self.o_proj,), out.reshape(b, cfg.num_heads * d), kernels.get("o"))[0], (kn, vn)
 
 
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
@@ -158,6 +167,16 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
     return jnp.einsum("bkgts,bskd->btkgd", probs, v)
+
+
+def cached_attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
+    """`attention` over a cache in its own layout: keys [B, K, D, S], values [B, K, S, D]."""
+    keys, values = keys.astype(q.dtype), values.astype(q.dtype)
+    scores = jnp.einsum("btkgd,bkds->bkgts", q, keys, preferred_element_type=jnp.float32)
+    scores = scores * (q.shape[-1] ** -0.5)
+    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
+    probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
+    return jnp.einsum("bkgts,bksd->btkgd", probs, values)
 
 
 def blocks_apply(t: int, chunk: int) -> bool:
@@ -226,6 +245,11 @@ class MLP(nnx.Module):
     def __call__(self, x: jax.Array) -> jax.Array:
         return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
 
+    def decode(self, x: jax.Array, kernels: dict[str, jax.Array]) -> jax.Array:
+        """The same function, from `DecodeLayouts` kernels where given."""
+        gate, up = kvc.linears((self.gate_proj, self.up_proj), x, kernels.get("gate_up"))
+        return kvc.linears((self.down_proj,), jax.nn.silu(gate) * up, kernels.get("down"))[0]
+
 
 class Block(nnx.Module):
     """Pre-norm residual block: attention then MLP (a sparse MoE on the config's MoE layers)."""
@@ -236,10 +260,44 @@ class Block(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         self.mlp = MoE(cfg, rngs) if cfg.is_moe_layer(layer_idx) else MLP(cfg, rngs)
 
-    def __call__(self, x, positions, mask, cache_kv, cache_index):
-        h, new_cache = self.attn(self.input_layernorm(x), positions, mask, cache_kv, cache_index)
+    def __call__(self, x, positions, mask, cache_kv, cache_index, query_chunk: int = 0):
+        h, new_cache = self.attn(self.input_layernorm(x), positions, mask, cache_kv, cache_index, query_chunk)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x)), new_cache
+
+    def decode(self, x, positions, into, at, valid, prior, kernels):
+        """One token per row through the block (`Attention.decode`): (x [B, E], updated `into`)."""
+        h, into = self.attn.decode(self.input_layernorm(x), positions, into, at, valid, prior, kernels)
+        x = x + h
+        h = self.post_attention_layernorm(x)
+        x = x + (self.mlp.decode(h, kernels) if isinstance(self.mlp, MLP) else self.mlp(h))
+        return constrain(x, ("batch", "embed")), into
+
+    def decode_kernels(self) -> dict[str, jax.Array]:
+        """This block's projections as [out, in] matrices (`DecodeLayouts.kernels`; MoE experts keep theirs)."""
+        a = self.attn
+        out = {"qkv": kvc.stacked_t(a.q_proj, a.k_proj, a.v_proj), "o": kvc.stacked_t(a.o_proj)}
+        if isinstance(self.mlp, MLP):
+            m = self.mlp
+            out.update(gate_up=kvc.stacked_t(m.gate_proj, m.up_proj), down=kvc.stacked_t(m.down_proj))
+        return out
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class ForwardOptions:
+    """How the forward without a cache (training) runs: `remat` recomputes each block in the backward pass
+    (saving what `remat_policy` names, of REMAT_POLICIES); `query_chunk` query rows per causal attention block
+    (0: all at once). Values are unchanged; memory and time are not."""
+
+    remat: bool = False
+    remat_policy: str = "nothing"
+    query_chunk: int = 0
+
+    def __post_init__(self):
+        if self.remat_policy not in REMAT_POLICIES:
+            raise ValueError(f"remat_policy={self.remat_policy!r}; expected one of {tuple(REMAT_POLICIES)}")
+        if self.query_chunk < 0:
+            raise ValueError(f"query_chunk={self.query_chunk} must be >= 0")
 
 
 class Transformer(nnx.Module):
@@ -260,6 +318,12 @@ class Transformer(nnx.Module):
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         if not cfg.tie_embeddings:
             self.lm_head = _linear(cfg, cfg.hidden_size, cfg.vocab_size, ("embed", "vocab"), rngs)
+        self.options = ForwardOptions()
+
+    def set_options(self, options: ForwardOptions) -> None:
+        """Sets how the forward without a cache runs (remat, attention chunking): the learner's choice. Static
+        module data, so jitted functions see a new graph (set it on the copy a traced function merges)."""
+        self.options = options
 
     def __call__(
         self,
@@ -290,10 +354,16 @@ class Transformer(nnx.Module):
         # FSDP: gather the table over its embed shards before the lookup (vocab stays split); no-op without a mesh.
         table = constrain(self.embed_tokens.embedding[...].astype(self.cfg.jnp_dtype), ("vocab", None))
         x = constrain(jnp.take(table, tokens, axis=0), residual)
+        opts = self.options if cache is None else ForwardOptions()
+        run = lambda blk, h, pos, m: blk(h, pos, m, None, 0, opts.query_chunk)[0]
+        remat = nnx.remat(run, policy=REMAT_POLICIES[opts.remat_policy]) if opts.remat else None
         new_k, new_v = [], []
         for i, layer in enumerate(self.layers):
-            cache_kv = (cache.k[i], cache.v[i]) if cache is not None else None
-            x, kv = layer(x, positions, attn_mask, cache_kv, cache_index)
+            if remat is not None:
+                x, kv = remat(layer, x, positions, attn_mask), None
+            else:
+                cache_kv = (cache.k[i], cache.v[i]) if cache is not None else None
+                x, kv = layer(x, positions, attn_mask, cache_kv, cache_index, opts.query_chunk)
             x = constrain(x, residual)
             if kv is not None:
                 new_k.append(kv[0])
@@ -304,8 +374,65 @@ class Transformer(nnx.Module):
             return x, new_cache
         return self.logits(x), new_cache
 
-    def logits(self, hidden: jax.Array) -> jax.Array:
-        """Projects final hidden states [..., E] to float32 logits [..., V]."""
+    def decode(
+        self,
+        tokens: jax.Array,
+        positions: jax.Array,
+        cache: KVCache,
+        slot,
+        pad_len: jax.Array,
+        *,
+        layouts: DecodeLayouts | None = None,
+        chunk: KVCache | None = None,
+        chunk_index=None,
+    ) -> tuple[jax.Array, KVCache]:
+        """One new token per row (tokens, positions int32 [B]) at cache slot `slot`: (float32 logits [B, V],
+        updated cache). Same values as `__call__` with T = 1 (tested against a full forward).
+
+        Rows are left-padded: slots before pad_len [B] are never attended. With `chunk` (the keys/values of
+        the current decode chunk, slot `chunk_index` of it being `slot`), the cache is only read, for slots
+        before the chunk; the new k/v goes into the chunk, and the updated chunk is returned instead of the
+        cache (a cache written and read by the same step was copied whole every step on XLA:CPU).
+        """
+        cfg = self.cfg
+        layouts = layouts or DecodeLayouts()
+        table = constrain(self.embed_tokens.embedding[...], ("vocab", None))
+        x = constrain(jnp.take(table, tokens, axis=0).astype(cfg.jnp_dtype), ("batch", "embed"))
+        slots = jnp.arange(cache.length, dtype=jnp.int32)
+        first = slot + 1 if chunk is None else slot - chunk_index  # the cache slots before `first` are attended
+        valid = (slots[None, :] >= pad_len[:, None]) & (slots[None, :] < first)
+        if chunk is None:
+            into, at, own = cache, slot, valid
+        else:
+            into, at = chunk, chunk_index
+            own = jnp.arange(chunk.length, dtype=jnp.int32) <= chunk_index
+            own = jnp.broadcast_to(own[None, :], (tokens.shape[0], chunk.length))
+        new_k, new_v = [], []
+        for i, layer in enumerate(self.layers):
+            prior = None if chunk is None else (cache.k[i], cache.v[i], valid)
+            kernels = layouts.kernels[i] if layouts.kernels is not None else {}
+            x, (k, v) = layer.decode(x, positions, (into.k[i], into.v[i]), at, own, prior, kernels)
+            new_k.append(k)
+            new_v.append(v)
+        logits = self.logits(self.norm(x), head=layouts.head)
+        return constrain(logits, ("batch", "vocab")), KVCache(k=new_k, v=new_v)
+
+    def decode_layouts(self, *, head: bool = False, kernels: bool = False) -> DecodeLayouts:
+        """CPU-fast weight copies for `decode` (see `DecodeLayouts`): the tied head as [E, V] (None when untied),
+        the projections as [out, in]. Made on device; they must be remade after a weight update."""
+        tied_head = head and self.cfg.tie_embeddings
+        return DecodeLayouts(
+            head=constrain(self.embed_tokens.embedding[...].T, (None, "vocab")) if tied_head else None,
+            kernels=[layer.decode_kernels() for layer in self.layers] if kernels else None,
+        )
+
+    def logits(self, hidden: jax.Array, *, head: jax.Array | None = None) -> jax.Array:
+        """Projects final hidden states [..., E] to float32 logits [..., V] (through `head` [E, V], the tied
+        embedding transposed, when given: same values)."""
+        if head is not None:
+            if head.dtype == jnp.bfloat16:
+                return jnp.dot(hidden.astype(head.dtype), head, preferred_element_type=jnp.float32)
+            return jnp.dot(hidden, head.astype(hidden.dtype), preferred_element_type=jnp.float32)
         if self.cfg.tie_embeddings:
             w = self.embed_tokens.embedding[...]
             if w.dtype == jnp.bfloat16:  # as the Linears: a bfloat16 matmul accumulating in float32

@@ -19,9 +19,9 @@ import jax
 import numpy as np
 
 from spade_jax.sampling.buckets import DEFAULT_BATCH_BUCKETS
-from spade_jax.trajectory import AGENT, DESIGNER, ROLE_NAMES, Sample
+from spade_jax.trajectory import Sample
 
-__all__ = ["AGENT", "DESIGNER", "ROLE_NAMES", "Sample", "TrainBatch", "bucket", "pack_sequences", "split_trainable"]
+__all__ = ["Sample", "TrainBatch", "bucket", "pack_sequences", "split_trainable"]
 
 
 DEFAULT_LENGTH_BUCKETS = (128, 256, 512, 1024, 2048, 4096, 8192, 16384)

@@ -10,6 +10,7 @@ split of the model must call `sampler.update_model(learner.model)` after every s
 from __future__ import annotations
 
 import contextlib
+from collections.abc import Mapping
 from typing import Any
 
 import jax
@@ -21,14 +22,11 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from spade_jax.model.sharding import DEFAULT_RULES, ShardingRules, activation_sharding, param_shardings, use_rules
-from spade_jax.rl.batch import ROLE_NAMES, TrainBatch
+from spade_jax.model.transformer import REMAT_POLICIES, ForwardOptions
+from spade_jax.rl.batch import TrainBatch
 from spade_jax.rl.config import REMAT_POLICY_NAMES, LearnerConfig
 from spade_jax.rl.losses import cross_entropy_loss, policy_loss, token_logprobs
 
-REMAT_POLICIES = {
-    "nothing": None,  # save only block inputs, recompute everything else
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
-}
 assert tuple(REMAT_POLICIES) == REMAT_POLICY_NAMES
 
 
@@ -62,38 +60,18 @@ def attention_mask(segment_ids: jax.Array) -> jax.Array:
     return same & causal[None] & (segment_ids[:, :, None] > 0)
 
 
-class _RematBlock(nnx.Module):
-    """Wraps a transformer block so the model's own forward recomputes it in the backward pass (no KV cache)."""
-
-    def __init__(self, block: nnx.Module, policy: Any):
-        self.block = block
-        self.policy = policy
-
-    def __call__(self, x, positions, mask, cache_kv, cache_index):
-        run = nnx.remat(lambda blk, h, pos, m: blk(h, pos, m, None, 0)[0], policy=self.policy)
-        return run(self.block, x, positions, mask), None
-
-
 def forward_hidden(
     model: Any,
     tokens: jax.Array,
     positions: jax.Array,
     segment_ids: jax.Array,
     *,
-    remat: bool = False,
-    policy: Any = None,
-    query_chunk: int = 0,
+    options: ForwardOptions | None = None,
 ) -> jax.Array:
-    """Final hidden states [B, T, E] of packed rows through the model's own forward.
-
-    With `remat`, the model's blocks are swapped for rematerialising wrappers first: only call this on a
-    module merged inside the traced function (a throwaway copy), never on the caller's model.
-    """
-    if remat:
-        model.layers = nnx.List([_RematBlock(block, policy) for block in model.layers])
-    if query_chunk:
-        for block in model.layers:
-            (block.block if remat else block).attn.query_chunk = query_chunk
+    """Final hidden states [B, T, E] of packed rows through the model's own forward, run as `options` say
+    (remat, attention chunking): set on `model`, so pass the copy a traced function merged."""
+    if options is not None:
+        model.set_options(options)
     hidden, _ = model(tokens, positions, attn_mask=attention_mask(segment_ids), return_hidden=True)
     return hidden
 
@@ -127,8 +105,10 @@ class Learner:
         *,
         mesh: Mesh | None = None,
         rules: ShardingRules | None = None,
+        role_names: Mapping[int, str] | None = None,
     ):
         self.model = model
+        self.role_names = dict(role_names or {})  # role id -> metric prefix (the caller names its roles)
         self.config = cfg = config or LearnerConfig()
         self.mesh = mesh
         self.rules = rules or DEFAULT_RULES
@@ -227,15 +207,8 @@ class Learner:
     def _forward_logprobs(self, params, rest, batch: TrainBatch, *, remat: bool, entropy: bool):
         model = nnx.merge(self._graphdef, params, rest)
         cfg = self.config
-        hidden = forward_hidden(
-            model,
-            batch.tokens,
-            batch.positions,
-            batch.segment_ids,
-            remat=remat,
-            policy=REMAT_POLICIES[cfg.remat_policy],
-            query_chunk=cfg.attn_query_chunk,
-        )
+        options = ForwardOptions(remat=remat, remat_policy=cfg.remat_policy, query_chunk=cfg.attn_query_chunk)
+        hidden = forward_hidden(model, batch.tokens, batch.positions, batch.segment_ids, options=options)
         logp, ent = token_logprobs(
             model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy
         )
@@ -258,7 +231,7 @@ class Learner:
         )  # fmt: skip
         logp_sg = jax.lax.stop_gradient(logp)
         ent_sg = None if ent is None else jax.lax.stop_gradient(ent)
-        for role, name in ROLE_NAMES.items():
+        for role, name in self.role_names.items():
             role_mask = batch.loss_mask * (batch.roles[:, None] == role)
             _, m = policy_loss(logp_sg, *args, role_mask, **kw, entropy=ent_sg, normalizer=norms[name])
             for key in ("pg_loss", "entropy", "kl", "clip_frac_low", "clip_frac_high", "is_weight_mean"):
@@ -331,7 +304,7 @@ class Learner:
     def _norms(self, batch: TrainBatch) -> dict[str, jax.Array]:
         mask, roles = _host(batch.loss_mask), _host(batch.roles)
         norms = {"tokens": max(float(mask.sum()), 1.0)}
-        for role, name in ROLE_NAMES.items():
+        for role, name in self.role_names.items():
             norms[name] = max(float(mask[roles == role].sum()), 1.0)
         return {k: jnp.float32(v) for k, v in norms.items()}
 
@@ -370,7 +343,7 @@ class Learner:
         mask, roles = _host(batch.loss_mask), _host(batch.roles)
         out.update(grad_norm=float(grad_norm), lr=self.learning_rate, tokens=float(mask.sum()), rows=float(rows))
         if kind == "rl":
-            for role, name in ROLE_NAMES.items():
+            for role, name in self.role_names.items():
                 out[f"{name}/tokens"] = float(mask[roles == role].sum())
         self.step += 1
         out["step"] = float(self.step)

@@ -17,10 +17,16 @@ CPUs with AVX512-BF16 from batch ~8 up; slower at batch 1); log-probs are then t
 On CPU, a batch of one row decodes with the projection kernels transposed to [out, in] (`matvec_layout`, a
 copy made on first use), the layout XLA's matrix-vector code streams fastest; the head of a tied embedding is
 copied to [E, V] (`transpose_head`), the layout the GEMM library takes for larger batches.
+
+Shared prefixes: when the rows of a batch start with the same `min_shared_prefix` or more tokens (designer
+prompts share the contract), that prefix is prefilled once, as one row, and its KV placed in every row; the
+last `prefix_cache` such prefixes are kept, keyed by their token ids, for later calls, and dropped by
+`update_model` (KV of old weights is never reused). Same values as a full prefill, to float rounding.
 """
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -30,11 +36,12 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spade_jax.model.kv_cache import DecodeLayouts, KVCache
 from spade_jax.model.sharding import DEFAULT_RULES, activation_sharding, use_rules
 from spade_jax.sampling import buckets as bk
 from spade_jax.sampling import decode as dec
 from spade_jax.sampling import sampling_fns, stops
-from spade_jax.sampling.prefill import prefill
+from spade_jax.sampling.prefill import prefill, prefix_kv
 from spade_jax.sampling.types import Completion, SamplingParams
 
 _REASONS = {
@@ -46,6 +53,14 @@ _REASONS = {
 }
 
 ProgressFn = Callable[[int, int], None]  # (tokens generated so far in this call, upper bound)
+
+
+def _common_prefix_len(rows: Sequence[Sequence[int]]) -> int:
+    """How many leading tokens every row has in common."""
+    first, n = rows[0], min(len(r) for r in rows)
+    for r in rows[1:]:
+        n = next((i for i in range(n) if r[i] != first[i]), n)
+    return n
 
 
 def _signature(state: Any) -> Any:
@@ -70,6 +85,8 @@ class Sampler:
         overflow: str = "error",
         transpose_head: bool = True,
         matvec_layout: bool = True,
+        min_shared_prefix: int = 256,
+        prefix_cache: int = 2,
     ):
         if overflow not in ("error", "truncate_left"):
             raise ValueError(f"overflow must be 'error' or 'truncate_left', got {overflow!r}")
@@ -90,6 +107,10 @@ class Sampler:
         self.overflow = overflow
         self.transpose_head = transpose_head
         self.matvec_layout = matvec_layout
+        self.min_shared_prefix = int(min_shared_prefix)  # 0: never share
+        self.prefix_cache = int(prefix_cache)
+        self._prefixes: collections.OrderedDict[tuple[int, ...], KVCache] = collections.OrderedDict()
+        self.prefix_tokens_reused = 0  # prompt tokens not prefilled thanks to a shared prefix (all calls)
         self._programs: dict[tuple, Any] = {}
         self.compile_count = 0
         self.compile_seconds = 0.0
@@ -107,8 +128,11 @@ class Sampler:
             self._programs.clear()
         self.graphdef, self.state, self._sig, self.cfg = graphdef, state, sig, model.cfg
         self._head, self._kernels_t = None, None
+        self._prefixes.clear()  # their KV came from the old weights
         if self.transpose_head and model.cfg.tie_embeddings:  # a device-side [E, V] copy of the tied embedding
-            self._head = self._run(("head",), lambda st: dec.head_matrix(nnx.merge(graphdef, st)), (state,))
+            self._head = self._run(
+                ("head",), lambda st: nnx.merge(graphdef, st).decode_layouts(head=True).head, (state,)
+            )
 
     def generate(
         self,
@@ -208,37 +232,65 @@ class Sampler:
         with self._mesh_ctx():
             return prog(*args)
 
-    def _prefill(self, tokens: jax.Array, pad_len: jax.Array, cache_len: int):
+    def _prefill(self, rows: list[list[int]], tokens: np.ndarray, pad_len: np.ndarray, cache_len: int):
         graphdef = self.graphdef
+        shared, kv = self._shared_prefix(rows)
+        args = (self.state, self._put(tokens, ("batch", "length")), self._put(pad_len, ("batch",)))
+        if kv is None:
 
-        def fn(state, tokens, pad_len):
-            return prefill(nnx.merge(graphdef, state), tokens, pad_len, cache_len=cache_len)
+            def fn(state, tokens, pad_len):
+                return prefill(nnx.merge(graphdef, state), tokens, pad_len, cache_len=cache_len)
 
-        key = ("prefill", *tokens.shape, cache_len)
-        return self._run(key, fn, (self.state, tokens, pad_len))
+            return self._run(("prefill", *tokens.shape, cache_len), fn, args)
+
+        def fn_shared(state, tokens, pad_len, prefix, start):
+            model = nnx.merge(graphdef, state)
+            return prefill(model, tokens, pad_len, cache_len=cache_len, prefix=prefix, start=start)
+
+        start = int(pad_len[: len(rows)].min()) + shared
+        self.prefix_tokens_reused += shared * (len(rows) - 1)
+        key = ("prefill-shared", *tokens.shape, cache_len, kv.length)
+        return self._run(key, fn_shared, (*args, kv, self._put(np.int32(start))))
+
+    def _shared_prefix(self, rows: list[list[int]]) -> tuple[int, KVCache | None]:
+        """(length, one-row KV) of the prompt prefix all rows share, from the prefix cache or computed now;
+        (0, None) below `min_shared_prefix` tokens or for a single row. The length is rounded down to a
+        multiple of 64, so calls whose rows share slightly different prefixes still find it."""
+        shared = _common_prefix_len(rows) // 64 * 64 if len(rows) > 1 and self.min_shared_prefix > 0 else 0
+        if shared < max(self.min_shared_prefix, 64):
+            return 0, None
+        key = tuple(rows[0][:shared])
+        kv = self._prefixes.pop(key, None)
+        if kv is None:
+            padded = np.zeros((1, bk.pick(self.prompt_buckets, shared)), np.int32)
+            padded[0, :shared] = key
+            fn = lambda state, tokens: prefix_kv(nnx.merge(self.graphdef, state), tokens)
+            kv = self._run(("prefix", padded.shape[1]), fn, (self.state, self._put(padded)))
+        self._prefixes[key] = kv
+        while len(self._prefixes) > self.prefix_cache:
+            self._prefixes.popitem(last=False)
+        return shared, kv
 
     def _decode(self, cache, state, consts, n_steps: int, mode: str):
         graphdef, width = self.graphdef, self.chunk_steps
 
-        def fn(params, head, kernels_t, cache, state, consts, n_steps):
+        def fn(params, layouts, cache, state, consts, n_steps):
             model = nnx.merge(graphdef, params)
-            return dec.decode_chunk(
-                model, cache, state, consts, n_steps, mode=mode, width=width, head=head, kernels_t=kernels_t
-            )
+            return dec.decode_chunk(model, cache, state, consts, n_steps, mode=mode, width=width, layouts=layouts)
 
         b = state.logits.shape[0]
         head, kernels_t = self._head, None
         if b == 1 and self.matvec_layout and self.mesh is None and jax.default_backend() == "cpu":
             if self._kernels_t is None:  # made on first use, kept until update_model
-                self._kernels_t = self._run(
-                    ("kernels_t",), lambda st: dec.matvec_kernels(nnx.merge(graphdef, st)), (self.state,)
-                )
+                kernels = lambda st: nnx.merge(graphdef, st).decode_layouts(kernels=True).kernels
+                self._kernels_t = self._run(("kernels_t",), kernels, (self.state,))
             head, kernels_t = None, self._kernels_t
         key = ("decode", b, cache.length, mode, width)
-        args = (self.state, head, kernels_t, cache, state, consts, self._put(np.int32(n_steps)))
-        return self._run(key, fn, args, donate=(3, 4))
+        layouts = DecodeLayouts(head=head, kernels=kernels_t)
+        args = (self.state, layouts, cache, state, consts, self._put(np.int32(n_steps)))
+        return self._run(key, fn, args, donate=(2, 3))
 
-    def _grow(self, cache: dec.DecodeCache, length: int) -> dec.DecodeCache:
+    def _grow(self, cache: KVCache, length: int) -> KVCache:
         key = ("grow", cache.k[0].shape[0], cache.length, length)
         return self._run(key, lambda c: c.grow(length), (cache,))
 
@@ -263,7 +315,7 @@ class Sampler:
         for i, r in enumerate(rows):
             tokens[i, p - len(r) :] = r
             pad_len[i] = p - len(r)
-        logits, cache = self._prefill(self._put(tokens, ("batch", "length")), self._put(pad_len, ("batch",)), s_cur)
+        logits, cache = self._prefill(rows, tokens, pad_len, s_cur)
 
         mode = sampling_fns.mode_of(params.is_greedy, params.top_k, params.top_p)
         done0 = np.arange(b) >= n  # padding rows are finished from the start
