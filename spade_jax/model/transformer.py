@@ -1,5 +1,9 @@
 """Flax NNX decoder-only transformer for the llama / qwen2 / qwen3 / qwen3-moe families, with an optional KV cache.
 
+The model owns every way it runs: the full forward (training: remat and attention chunking set as
+`ForwardOptions`), the cached forward (prefill) and the one-token step the sampler's decode loop calls
+(`Transformer.decode`, with optional CPU-fast weight layouts), all over one cache layout (`kv_cache.py`).
+
 Parameter names mirror the HF modules (`layers[i].attn.q_proj.kernel` <-> `model.layers.i.self_attn.q_proj`),
 so import and export are a rename plus a transpose. Each parameter carries logical axis names in its
 `logical_axes` metadata; `spade_jax.model.sharding` maps them onto a device mesh.
