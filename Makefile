@@ -30,7 +30,7 @@ demo: install
 	$(VENV)/bin/spade-jax selfplay --preset demo $(DEMO_ARGS)
 
 test: install
-	$(PY) -m pytest -q -ra
+	$(PY) -m pytest -q -ra --durations=25
 
 lint: install
 	$(VENV)/bin/ruff check .

@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from spade_jax import streams
 from spade_jax.checkpoint import Checkpointer
 from spade_jax.learn import band_stats, train_on
 from spade_jax.metrics import MetricsLogger
@@ -29,7 +30,6 @@ from spade_jax.report.envs import report_envs
 from spade_jax.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run_config import RunConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
-from spade_jax.selfplay.cycle import episode_seed
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
 from spade_jax.warmstart import warm_start
 
@@ -45,11 +45,12 @@ def play_step(parts: Parts, step: int) -> SelfPlayBatch:
 
 def evaluate(parts: Parts, step: int) -> dict[str, float]:
     """Held-out seed environments, played without hints: win rate per environment and overall."""
+    seed = parts.cfg.loop.seed
     specs = [
         EpisodeSpec(
-            f"heldout-{s.name}", s.source, episode_seed(s.name, 10_000 + step, k), NO_HINT, kind=s.kind
-        )  # fmt: skip
-        for s in parts.held_out
+            f"heldout-{e.name}", e.source, streams.derive(seed, "heldout", e.name, step, k), NO_HINT, kind=e.kind
+        )
+        for e in parts.held_out
         for k in range(parts.cfg.loop.eval_plays)
     ]
     if not specs:

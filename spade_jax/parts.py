@@ -13,7 +13,6 @@ from typing import Any
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.run_config import RunConfig
 from spade_jax.selfplay.cycle import FixedPool, SelfPlay
-from spade_jax.selfplay.memory import Memory
 
 __all__ = ["Parts", "build"]
 
@@ -70,21 +69,18 @@ def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: An
     if unknown:
         raise ValueError(f"loop.held_out names unknown seed environments: {', '.join(unknown)}")
     held_out = [seeds[n] for n in cfg.loop.held_out]
-    sp_cfg = dataclasses.replace(cfg.selfplay, seed=cfg.loop.seed)
-    sp_cfg = dataclasses.replace(sp_cfg, memory=dataclasses.replace(sp_cfg.memory, seed_from_library=False))
-    memory = Memory(run_dir / "memory.sqlite", sp_cfg.memory)
+    sp_cfg = cfg.selfplay.seeded(cfg.loop.seed)
+    library = [s for n, s in seeds.items() if n not in cfg.loop.held_out]  # the seeds a self-play run archives
     fixed_pool = None
-    if cfg.loop.pool == "selfplay":
-        if cfg.selfplay.memory.seed_from_library:
-            memory.seed_from_library([s for n, s in seeds.items() if n not in cfg.loop.held_out])
-    else:
+    if cfg.loop.pool != "selfplay":
+        library = []
         from spade_jax.eval.pools import load_pool
 
         envs = tuple(e for e in load_pool(cfg.loop.pool) if e.name not in cfg.loop.held_out)
         if not envs:
             raise ValueError(f"environment pool {cfg.loop.pool!r} is empty")
         fixed_pool = FixedPool(envs, cfg.loop.pool_envs_per_step, cfg.loop.seed)
-    selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, memory=memory)
+    selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, library=library)
     return Parts(cfg, run_dir, model, tokenizer, sampler, pool, learner, selfplay, fixed_pool, held_out)
 
 

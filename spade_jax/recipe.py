@@ -237,8 +237,11 @@ DOC_PATH = Path(__file__).resolve().parent.parent / "docs" / "recipe.md"
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
-    path = Path(args[0]) if args else DOC_PATH
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="python -m spade_jax.recipe", description="Write docs/recipe.md.")
+    parser.add_argument("path", nargs="?", type=Path, default=DOC_PATH, help="where to write (default: %(default)s)")
+    path = parser.parse_args(sys.argv[1:] if argv is None else argv).path
     path.write_text(render(), encoding="utf-8")
     print(path)
     return 0

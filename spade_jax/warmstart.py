@@ -12,10 +12,10 @@ import dataclasses
 import random
 from typing import TYPE_CHECKING, Any
 
+from spade_jax import streams
 from spade_jax.envs.contract import contract_text
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner
-from spade_jax.selfplay.cycle import episode_seed
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec, RolloutEngine, TurnReply, TurnRequest
 from spade_jax.warmstart_config import WarmStartConfig
@@ -45,11 +45,13 @@ class ReferencePolicy:
         return replies
 
 
-def agent_examples(pool: Any, tokenizer: Any, seeds: list[Any], rollout_cfg: Any, episodes: int) -> list[Sample]:
+def agent_examples(
+    pool: Any, tokenizer: Any, seeds: list[Any], rollout_cfg: Any, episodes: int, *, run_seed: int = 0
+) -> list[Sample]:
     """Winning reference-policy conversations, tokenised exactly as the rollout engine does."""
     names = {f"seed-{s.name}": s.name for s in seeds}
     specs = [
-        EpisodeSpec(f"seed-{s.name}", s.source, episode_seed(s.name, -1, k), NO_HINT, kind=s.kind)
+        EpisodeSpec(f"seed-{s.name}", s.source, streams.derive(run_seed, "warmstart", s.name, k), NO_HINT, kind=s.kind)
         for s in seeds
         for k in range(episodes)
     ]
@@ -171,16 +173,19 @@ def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> d
     if cfg.probe_designs:
         figures["warmstart/valid_rate_before"] = valid_rate(sp, cfg.probe_designs, step=-2)
     agent_seeds = _named(seeds, cfg.agent_seed_names, "agent_seed_names") if cfg.agent_seed_names else seeds
-    samples = agent_examples(parts.pool, parts.tokenizer, agent_seeds, sp.config.rollout, cfg.agent_episodes_per_seed)
-    rng = random.Random(parts.cfg.loop.seed)
+    run_seed = parts.cfg.loop.seed
+    samples = agent_examples(
+        parts.pool, parts.tokenizer, agent_seeds, sp.config.rollout, cfg.agent_episodes_per_seed, run_seed=run_seed
+    )
+    rng, variant_seed = streams.rng(run_seed, "warmstart"), streams.derive(run_seed, "variants")
     design_seeds = _designer_seeds(cfg, seeds, rng)
     samples += designer_examples(
         sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed,
-        variants=cfg.designer_variants_per_seed, variant_seed=parts.cfg.loop.seed,
+        variants=cfg.designer_variants_per_seed, variant_seed=variant_seed,
         direction=cfg.designer_variant_direction,
     )  # fmt: skip
     samples += mutation_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_mutations_per_seed,
-                                 rng_seed=parts.cfg.loop.seed)  # fmt: skip
+                                 rng_seed=variant_seed)  # fmt: skip
     limit = parts.cfg.max_total_len
     samples = [s for s in samples if len(s) <= limit]
     # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments

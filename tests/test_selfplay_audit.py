@@ -12,7 +12,8 @@ import pytest
 from spade_jax.envs.gates import GateConfig, validate
 from spade_jax.selfplay.audit import Auditor, reward_violation
 from spade_jax.selfplay.config import CorpusConfig, DesignerConfig, HintConfig, RolloutConfig, SelfPlayConfig
-from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
+from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
+from spade_jax.streams import episode_seed
 from spade_jax.selfplay.memory import Memory
 from spade_jax.selfplay.rollouts import ScriptedPolicy
 
@@ -85,7 +86,7 @@ def _indent(code: str, n: int) -> str:
 
 def cheat_source(name: str, env_id: str, step: int = STEP) -> str:
     parts = CHEATS[name]
-    training = {episode_seed(env_id, step, k) for k in range(PLAYS)}
+    training = {episode_seed(0, env_id, step, k) for k in range(PLAYS)}
     return TEMPLATE.format(
         training=sorted(training),
         setup=_indent(parts.get("setup", "pass"), 8),
@@ -178,7 +179,7 @@ def test_a_hint_that_is_the_answer_on_the_training_seeds_earns_no_regret(pool, t
 
 def test_the_audit_of_an_honest_environment_plays_every_training_seed(pool):
     auditor = Auditor(pool, random_plays=4, max_turns=MAX_TURNS)
-    seeds = [episode_seed("env-honest", STEP, k) for k in range(PLAYS)]
+    seeds = [episode_seed(0, "env-honest", STEP, k) for k in range(PLAYS)]
     result = auditor.run([("env-honest", cheat_source("honest", "env-honest"), seeds)])["env-honest"]
     auditor.close()
     assert not result.violation and not result.inconclusive and not result.noop_won

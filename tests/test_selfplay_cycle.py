@@ -21,7 +21,8 @@ from spade_jax.selfplay.config import (
     RolloutConfig,
     SelfPlayConfig,
 )
-from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay, episode_seed
+from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
+from spade_jax.streams import episode_seed
 from spade_jax.selfplay.hints import HintWriter, clean_hint, defines_hint
 from spade_jax.selfplay.regret import plateau
 from spade_jax.selfplay.rollouts import ScriptedPolicy
@@ -73,7 +74,7 @@ def test_measure_rewards_memory_and_groups(pool, tokenizer, tmp_path):
     assert stored.designer_reward == pytest.approx(row["designer_reward"])
     agents = batch.by_role("agent")
     assert len(agents) == 6 and {s.group_id for s in agents} == {f"agent/3/{envs[0].env_id}/no_hint"}
-    assert sorted(s.meta["seed"] for s in agents) == sorted(episode_seed(envs[0].env_id, 3, k) for k in range(6))
+    assert sorted(s.meta["seed"] for s in agents) == sorted(episode_seed(0, envs[0].env_id, 3, k) for k in range(6))
     assert [s.reward for s in agents] == [1.0 if s.meta["won"] else 0.0 for s in agents]
     assert batch.stats["rollout/episodes"] == 12 and batch.stats["env/regret_mean"] == pytest.approx(row["regret"])
 

@@ -14,6 +14,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from spade_jax import streams
+
 __all__ = ["ChatModel", "EvalModel", "Reply", "ScriptedModel", "load_chat_model"]
 
 
@@ -92,7 +94,7 @@ class ChatModel:
                 temperature=temp,
                 greedy=temp <= 0.0,
                 stop_strings=tuple(stop_strings),
-                seed=seed * 1_000_003 + start,
+                seed=streams.derive(seed, "eval", start),
             )
             for i, c in zip(chunk, self.sampler.generate([prompts[i] for i in chunk], params)):
                 out[i] = Reply(c.text, c.finish_reason, len(c.token_ids))

@@ -42,7 +42,7 @@ class CorpusConfig:
     paths: tuple[str, ...] | None = None
     text_field: str = "text"
     id_field: str = "id"
-    seed: int = 42
+    seed: int | None = None  # None: the run's "corpus" stream (spade_jax/streams.py); the paper presets pin 42
     # The reference cuts documents at `--spade-corpus-max-doc-tokens` WHITESPACE WORDS (spade/core/corpus.py,
     # text.split()); 0 = no word cut. `max_doc_tokens` is an extra cut in tokenizer tokens (0 = none).
     max_doc_words: int = 6000
@@ -67,7 +67,7 @@ class MemoryConfig:
     # the easy end of a curriculum, for an agent too small to win the default games; "default": as written.
     seed_difficulty: str = "default"
     max_invalid_rows: int = 5000
-    seed: int = 0
+    seed: int | None = None  # None: the run's "memory" stream (spade_jax/streams.py)
     # Novelty: a copy with other difficulty constants is archived as a parameter variant while its family holds at
     # most this many programs (envs/novelty.py); 0: it is a duplicate (the default; small models: a few).
     max_param_variants: int = 0
@@ -288,7 +288,7 @@ class SelfPlayConfig:
     designer_reward_scale: float = 0.0
     designer_reward_scale_max: float = 50.0
     fill_from_archive: bool = True
-    seed: int = 0
+    seed: int = 0  # the run seed: a run sets it to loop.seed (`seeded`); every stream derives from it by name
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
     designer: DesignerConfig = field(default_factory=DesignerConfig)
@@ -323,3 +323,12 @@ class SelfPlayConfig:
     def replace(self, **changes) -> SelfPlayConfig:
         """Copy with top-level fields changed."""
         return dataclasses.replace(self, **changes)
+
+    def seeded(self, run_seed: int) -> SelfPlayConfig:
+        """This config in a run seeded `run_seed`: `seed` set, and the memory and corpus seeds left unset derived
+        from it by name (spade_jax/streams.py); pinned ones are kept."""
+        from spade_jax import streams
+
+        memory = dataclasses.replace(self.memory, seed=streams.seed_of(self.memory.seed, run_seed, "memory"))
+        corpus = dataclasses.replace(self.corpus, seed=streams.seed_of(self.corpus.seed, run_seed, "corpus"))
+        return dataclasses.replace(self, seed=run_seed, memory=memory, corpus=corpus)

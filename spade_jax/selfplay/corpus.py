@@ -9,6 +9,7 @@ document is truncated to a token budget. `get_state()` / `set_state()` go into c
 from __future__ import annotations
 
 import ast
+import dataclasses
 import functools
 import glob
 import importlib.util
@@ -22,6 +23,7 @@ from typing import Any
 
 import grain
 
+from spade_jax import streams
 from spade_jax.selfplay.config import CorpusConfig
 
 __all__ = ["Corpus", "Document", "embedded_documents", "open_source"]
@@ -268,6 +270,7 @@ class Corpus:
     """Endless, seeded, epoch-reshuffled stream of grounding documents with an exactly restorable position."""
 
     def __init__(self, config: CorpusConfig = CorpusConfig(), tokenizer: Any = None):
+        config = dataclasses.replace(config, seed=streams.seed_of(config.seed, 0, "corpus"))
         self.config = config
         self.tokenizer = tokenizer
         if config.paths:

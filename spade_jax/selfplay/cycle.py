@@ -15,14 +15,13 @@ from the archive so the agent always has something to play.
 
 from __future__ import annotations
 
-import hashlib
-import random
 import secrets
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
+from spade_jax import streams
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
 from spade_jax.envs.gates import GateConfig
 from spade_jax.envs.source import EnvSource
@@ -39,7 +38,7 @@ from spade_jax.selfplay.rollouts import HINT, NO_HINT, EpisodeSpec, ModelPolicy,
 from spade_jax.selfplay.window import DesignSample, EnvWindow, Round, RoundScore, score_round, window_stats
 from spade_jax.trajectory import AGENT, DESIGNER, Sample
 
-__all__ = ["PlayableEnv", "SelfPlay", "episode_seed"]
+__all__ = ["FixedPool", "PlayableEnv", "SelfPlay"]
 
 
 @dataclass
@@ -57,21 +56,14 @@ class PlayableEnv:
 @dataclass(frozen=True)
 class FixedPool:
     """Where a fixed-pool step's environments come from (the baselines: designer off): `per_step` of `envs`
-    drawn afresh every step by a stream derived from `seed` and the step."""
+    drawn afresh every step from the run's "pool" stream (`seed` is the run seed)."""
 
     envs: tuple[EnvSource, ...]
     per_step: int
     seed: int
 
     def draw(self, step: int) -> list[EnvSource]:
-        rng = random.Random(f"{self.seed}:{step}")
-        return rng.sample(list(self.envs), min(self.per_step, len(self.envs)))
-
-
-def episode_seed(env_id: str, step: int, k: int) -> int:
-    """Reset seed of play k of an environment at a step (shared by the hinted and unhinted play k)."""
-    digest = hashlib.sha256(f"{env_id}|{step}|{k}".encode()).digest()
-    return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
+        return streams.rng(self.seed, "pool", step).sample(list(self.envs), min(self.per_step, len(self.envs)))
 
 
 def gate_key(run_dir: str | Path | None) -> str:
@@ -108,12 +100,14 @@ class SelfPlay:
         corpus: Corpus | None = None,
         agent_policy: Policy | None = None,
         gate_config: GateConfig | None = None,
+        library: Sequence | None = None,
     ):
+        config = config.seeded(config.seed)  # the memory and corpus streams follow the run seed
         self.config, self.sampler, self.tokenizer, self.pool = config, sampler, tokenizer, pool
         path = Path(run_dir) / "memory.sqlite" if run_dir is not None else ":memory:"
         self.memory = memory or Memory(path, config.memory)
-        if config.memory.seed_from_library:
-            self.memory.seed_from_library()
+        if config.memory.seed_from_library:  # `library`: the seeds to archive (None: all; held-out ones left out)
+            self.memory.seed_from_library(library)
         if corpus is None and config.designer.use_corpus:
             corpus = Corpus(config.corpus, tokenizer)
         self.corpus = corpus
@@ -140,7 +134,7 @@ class SelfPlay:
             else None
         )
         self.progress = LearningProgress(config.reward.lp_gamma_fast, config.reward.lp_gamma_slow)
-        self.rng = random.Random(config.seed)
+        self.rng = streams.rng(config.seed, "selfplay")
         self.current: list[PlayableEnv] = []
         self.rounds: list[Round] = []
         self.design_rounds = 0
@@ -206,7 +200,8 @@ class SelfPlay:
             if not env.env_hint and source in ("model", "env_or_model") and env.hint is None:
                 need_model.append(env)
         if need_model:
-            written = self.hint_writer.write([(e.source, e.kind) for e in need_model], seed=step * 7919 + 1)
+            seed = streams.derive(self.config.seed, "hints", step)
+            written = self.hint_writer.write([(e.source, e.kind) for e in need_model], seed=seed)
             for env, res in zip(need_model, written):
                 env.hint = res.hint  # None (empty / cut / error): its hinted plays are discarded ("hint_failed")
 
@@ -220,8 +215,8 @@ class SelfPlay:
             has_hint = bool(env.hint) or env.env_hint
             for cond in (HINT, NO_HINT) if (hinted and has_hint) else (NO_HINT,):
                 for i in range(k):
-                    specs.append(EpisodeSpec(env.env_id, env.source, episode_seed(env.env_id, step, i), cond,
-                                             env.hint, env.env_hint, env.kind))  # fmt: skip
+                    seed = streams.episode_seed(self.config.seed, env.env_id, step, i)
+                    specs.append(EpisodeSpec(env.env_id, env.source, seed, cond, env.hint, env.env_hint, env.kind))
         return self.engine.run(specs)
 
     def step(self, step: int, *, final: bool = False, pool: FixedPool | None = None) -> SelfPlayBatch:
@@ -301,9 +296,9 @@ class SelfPlay:
         hint checks only where the agent is shown the environment's own hint this step (`hinted`)."""
         if self.auditor is None or not envs:
             return {}
-        n = self.config.plays_per_condition
-        return self.auditor.run([(e.env_id, e.source, [episode_seed(e.env_id, step, k) for k in range(n)],
-                                  e.env_hint and hinted) for e in envs])  # fmt: skip
+        n, run_seed = self.config.plays_per_condition, self.config.seed
+        seeds = {e.env_id: [streams.episode_seed(run_seed, e.env_id, step, k) for k in range(n)] for e in envs}
+        return self.auditor.run([(e.env_id, e.source, seeds[e.env_id], e.env_hint and hinted) for e in envs])
 
     def _record(self, rnd: Round, result: RolloutResult, step: int,
                 audits: dict[str, AuditResult]) -> tuple[set[str], set[str]]:  # fmt: skip

@@ -19,6 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
+from spade_jax import streams
 from spade_jax.envs.contract import contract_text
 from spade_jax.envs.formats import source_contract
 from spade_jax.envs.gates import GateConfig, Verdict, validate
@@ -381,7 +382,7 @@ class Designer:
             top_p=self.config.top_p,
             top_k=self.config.top_k,
             stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
-            seed=self.seed * 1_000_003 + self.calls,
+            seed=streams.derive(self.seed, "designer", self.calls),
         )
         self.calls += 1
         return self.sampler.generate(prompts, params)

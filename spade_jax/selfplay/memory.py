@@ -27,6 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, fields
 from pathlib import Path
 
+from spade_jax import streams
 from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
 from spade_jax.envs.protocol import valid_text
 from spade_jax.selfplay.config import MemoryConfig
@@ -120,7 +121,7 @@ class Memory:
             self._db.execute(f"CREATE TABLE IF NOT EXISTS envs ({_COLUMNS})")
             self._add_missing_columns()
             self._db.execute("CREATE INDEX IF NOT EXISTS envs_status ON envs(status)")
-        self.rng = random.Random(config.seed)
+        self.rng = random.Random(streams.seed_of(config.seed, 0, "memory"))
         self.novelty = self._novelty_index()
         for rec in self.archive():
             self.novelty.add(rec.id, rec.code)

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Protocol
 
+from spade_jax import streams
+
 if TYPE_CHECKING:
     from spade_jax.selfplay.rollouts import EpisodeSpec
 
@@ -80,7 +82,7 @@ class ModelPolicy:
                 top_k=self.top_k,
                 stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
                 stop_strings=stops,
-                seed=self.seed * 1_000_003 + self.calls,
+                seed=streams.derive(self.seed, "agent", self.calls),
             )
             self.calls += 1
             completions = self.sampler.generate([requests[i].prompt_ids for i in idx], params)
