@@ -13,9 +13,9 @@ from spade_jax.envs.gates import GateConfig, validate
 from spade_jax.selfplay.audit import Auditor, reward_violation
 from spade_jax.selfplay.config import CorpusConfig, DesignerConfig, HintConfig, RolloutConfig, SelfPlayConfig
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
-from spade_jax.streams import episode_seed
 from spade_jax.selfplay.memory import Memory
 from spade_jax.selfplay.rollouts import ScriptedPolicy
+from spade_jax.streams import episode_seed
 
 STEP, PLAYS, MAX_TURNS = 0, 6, 8
 GATES = GateConfig(max_turns=MAX_TURNS, seed_key="audit-test-key")

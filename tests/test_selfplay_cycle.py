@@ -22,10 +22,10 @@ from spade_jax.selfplay.config import (
     SelfPlayConfig,
 )
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
-from spade_jax.streams import episode_seed
 from spade_jax.selfplay.hints import HintWriter, clean_hint, defines_hint
 from spade_jax.selfplay.regret import plateau
 from spade_jax.selfplay.rollouts import ScriptedPolicy
+from spade_jax.streams import episode_seed
 
 HIGHER_LOWER = contract_examples()["game"]
 NO_HINT_ENV = contract_examples()["tool"]
