@@ -50,7 +50,7 @@ STEP_METRICS = {  # short name -> metric of each run's metrics.jsonl
 }
 TARGET_WIN_DIFF = 0.10
 TARGET_VALID_RATIO = 2.0
-EVAL_STEP = 20_000  # reset seeds of the final evaluation: episode_seed(env, EVAL_STEP, k), same for both runs
+EVAL_STEP = 20_000  # the final evaluation's step in the held-out stream (streams.py): same seeds for both runs
 
 
 # ------------------------------------------------------------------------------------------------- statistics
@@ -148,19 +148,16 @@ def played_knobs(memories: list[Path], family: tuple[str, ...]) -> dict[str, set
 
 def play_eval(parts: Any, envs: list[dict[str, str]], plays: int) -> list[dict[str, Any]]:
     """Unhinted plays of every environment with the policy now in `parts`; one row per episode, in a fixed
-    order (environment, play), so two runs' rows pair up."""
-    from spade_jax.selfplay.cycle import episode_seed
-    from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
+    order (environment, play), so two runs' rows pair up (both play the run's held-out stream at EVAL_STEP)."""
+    from spade_jax.envs.source import EnvSource
 
-    specs = [EpisodeSpec(f"eval-{e['env']}", e["source"], episode_seed(e["env"], EVAL_STEP, k), NO_HINT,
-                         kind=e["kind"]) for e in envs for k in range(plays)]  # fmt: skip
-    result = parts.selfplay.engine.run(specs)
-    won = {(ep.env_id, ep.spec.seed): float(bool(ep.won)) for ep in result.episodes}
+    sources = [EnvSource(name=e["env"], source=e["source"], kind=e["kind"], skill="") for e in envs]
+    won = parts.selfplay.evaluate(sources, EVAL_STEP, plays)
     return [
-        {"env": e["env"], "seed": e["seed"], "group": e["group"], "play": k,
-         "won": won.get((s.env_id, s.seed), 0.0)}
-        for (e, k), s in zip(((e, k) for e in envs for k in range(plays)), specs)
-    ]  # fmt: skip
+        {"env": e["env"], "seed": e["seed"], "group": e["group"], "play": k, "won": float(won[e["env"]][k])}
+        for e in envs
+        for k in range(plays)
+    ]
 
 
 def _params(learner: Any) -> list[np.ndarray]:

@@ -20,7 +20,6 @@ from typing import Any
 
 import numpy as np
 
-from spade_jax import streams
 from spade_jax.checkpoint import Checkpointer
 from spade_jax.learn import band_stats, train_on
 from spade_jax.metrics import MetricsLogger
@@ -30,7 +29,6 @@ from spade_jax.report.envs import report_envs
 from spade_jax.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run_config import RunConfig
 from spade_jax.selfplay.batch import SelfPlayBatch
-from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec
 from spade_jax.warmstart import warm_start
 
 __all__ = ["Parts", "build", "evaluate", "play_step", "run"]
@@ -45,21 +43,10 @@ def play_step(parts: Parts, step: int) -> SelfPlayBatch:
 
 def evaluate(parts: Parts, step: int) -> dict[str, float]:
     """Held-out seed environments, played without hints: win rate per environment and overall."""
-    seed = parts.cfg.loop.seed
-    specs = [
-        EpisodeSpec(
-            f"heldout-{e.name}", e.source, streams.derive(seed, "heldout", e.name, step, k), NO_HINT, kind=e.kind
-        )
-        for e in parts.held_out
-        for k in range(parts.cfg.loop.eval_plays)
-    ]
-    if not specs:
+    wins = parts.selfplay.evaluate(parts.held_out, step, parts.cfg.loop.eval_plays)
+    if not any(wins.values()):
         return {}
-    result = parts.selfplay.engine.run(specs)
-    wins: dict[str, list[float]] = {}
-    for ep in result.episodes:
-        wins.setdefault(ep.env_id.removeprefix("heldout-"), []).append(float(bool(ep.won)))
-    out = {f"eval/win_rate_{name}": float(np.mean(v)) for name, v in wins.items()}
+    out = {f"eval/win_rate_{name}": float(np.mean(v)) for name, v in wins.items() if v}
     out["eval/win_rate"] = float(np.mean([w for v in wins.values() for w in v]))
     return out
 

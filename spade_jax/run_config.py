@@ -143,7 +143,8 @@ def _demo() -> RunConfig:
         selfplay=_cpu_selfplay(
             skills=("spatial reasoning",),
             skills_per_regen=1,
-            plays_per_condition=4,
+            # 8 plays per condition: at this agent's ~5-10% win rate, 4 leave most groups all-lost (no advantage)
+            plays_per_condition=8,
             envs_per_step=2,
             regen_interval=4,
             designer_delay=3,  # the round's designs are scored over all four steps' plays

@@ -41,7 +41,9 @@ def _worker() -> None:
         if shape:
             mesh = S.make_mesh(shape)
             S.shard_model(model, mesh)
-        sampler = Sampler(model, tok, mesh=mesh, max_total_len=128, chunk_steps=8, min_shared_prefix=64)
+        sampler = Sampler(
+            model, tok, mesh=mesh, max_total_len=128, chunk_steps=8, min_shared_prefix=64, min_prefix_saving=0
+        )
         res = {}
         greedy = SamplingParams(max_new_tokens=20, greedy=True, ignore_eos=True)
         for label, params, rows in (

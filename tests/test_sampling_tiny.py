@@ -296,7 +296,7 @@ def test_sampler_shares_prefixes_and_drops_them_on_update_model(setup):
     params = SamplingParams(max_new_tokens=16, greedy=True, ignore_eos=True)
     prompts = [SHARED + s for s in SUFFIXES]
     plain = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=0)
-    sharing = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=64)
+    sharing = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=64, min_prefix_saving=0)
     want = plain.generate(prompts, params)
     got = sharing.generate(prompts, params)
     assert sharing.prefix_tokens_reused == 128 * (len(prompts) - 1) and plain.prefix_tokens_reused == 0
@@ -316,3 +316,15 @@ def test_sampler_shares_prefixes_and_drops_them_on_update_model(setup):
     for c in sharing.generate(prompts, params):
         logits = full_logits(other, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
         assert c.token_ids == logits.argmax(-1).tolist()
+
+
+def test_a_prefix_is_shared_only_where_it_spares_enough_tokens(setup):
+    model, tok, _ = setup
+    params = SamplingParams(max_new_tokens=2, greedy=True, ignore_eos=True)
+    prompts = [SHARED + s for s in SUFFIXES]
+    spared = 128 * (len(prompts) - 1)  # the shared length (rounded to 64) times the rows that skip it
+    below = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=64, min_prefix_saving=spared + 1)
+    at = Sampler(model, tok, max_total_len=256, chunk_steps=8, min_shared_prefix=64, min_prefix_saving=spared)
+    below.generate(prompts, params)
+    at.generate(prompts, params)
+    assert below.prefix_tokens_reused == 0 and at.prefix_tokens_reused == spared

@@ -10,9 +10,11 @@ import random
 
 import pytest
 
+from spade_jax import streams
 from spade_jax.envs.base import extract_boxed
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
+from spade_jax.envs.source import EnvSource
 from spade_jax.selfplay.config import (
     CorpusConfig,
     DesignerConfig,
@@ -52,6 +54,28 @@ def _selfplay(tokenizer, pool, tmp_path=None, **changes) -> SelfPlay:
                          rollout=RolloutConfig(max_turns=8), **changes)  # fmt: skip
     return SelfPlay(cfg, sampler=None, tokenizer=tokenizer, pool=pool, run_dir=tmp_path,
                     agent_policy=ScriptedPolicy(_binary_or_random))  # fmt: skip
+
+
+def test_evaluation_plays_unhinted_on_the_held_out_stream_and_archives_nothing(pool, tokenizer):
+    """SelfPlay.evaluate: outcomes in play order, the policy never shown a hint, the seeds those of the run's
+    "heldout" stream (two runs of one seed play the same episodes), the archive untouched."""
+    seen: list[tuple[int, bool]] = []
+
+    def policy(req) -> str:
+        seen.append((req.spec.seed, "HINT:" in req.messages[0]["content"]))
+        return _binary_or_random(req)
+
+    cfg = SelfPlayConfig(plays_per_condition=2, rollout=RolloutConfig(max_turns=8), hints=HintConfig(source="env"))
+    sp = SelfPlay(
+        cfg.replace(seed=5), sampler=None, tokenizer=tokenizer, pool=pool, agent_policy=ScriptedPolicy(policy)
+    )
+    archived = len(sp.memory.archive())
+    env = EnvSource(name="hl", source=HIGHER_LOWER, kind="game", skill="logical deduction")
+    first, again = sp.evaluate([env], step=7, plays=3), sp.evaluate([env], step=7, plays=3)
+    sp.close()
+    assert list(first) == ["hl"] and len(first["hl"]) == 3 and first == again
+    assert {seed for seed, _ in seen} == {streams.derive(5, "heldout", "hl", 7, k) for k in range(3)}
+    assert not any(hinted for _, hinted in seen) and len(sp.memory.archive()) == archived
 
 
 def test_measure_rewards_memory_and_groups(pool, tokenizer, tmp_path):

@@ -19,9 +19,11 @@ copy made on first use), the layout XLA's matrix-vector code streams fastest; th
 copied to [E, V] (`transpose_head`), the layout the GEMM library takes for larger batches.
 
 Shared prefixes: when the rows of a batch start with the same `min_shared_prefix` or more tokens (designer
-prompts share the contract), that prefix is prefilled once, as one row, and its KV placed in every row; the
-last `prefix_cache` such prefixes are kept, keyed by their token ids, for later calls, and dropped by
-`update_model` (KV of old weights is never reused). Same values as a full prefill, to float rounding.
+prompts share the contract) and sharing spares at least `min_prefix_saving` prompt tokens (shared length x
+(rows - 1); below that one more compiled program costs more than it saves), that prefix is prefilled once, as
+one row, and its KV placed in every row; the last `prefix_cache` such prefixes are kept, keyed by their token
+ids, for later calls, and dropped by `update_model` (KV of old weights is never reused). Same values as a full
+prefill, to float rounding.
 """
 
 from __future__ import annotations
@@ -86,6 +88,7 @@ class Sampler:
         transpose_head: bool = True,
         matvec_layout: bool = True,
         min_shared_prefix: int = 256,
+        min_prefix_saving: int = 4096,
         prefix_cache: int = 2,
     ):
         if overflow not in ("error", "truncate_left"):
@@ -108,6 +111,7 @@ class Sampler:
         self.transpose_head = transpose_head
         self.matvec_layout = matvec_layout
         self.min_shared_prefix = int(min_shared_prefix)  # 0: never share
+        self.min_prefix_saving = int(min_prefix_saving)
         self.prefix_cache = int(prefix_cache)
         self._prefixes: collections.OrderedDict[tuple[int, ...], KVCache] = collections.OrderedDict()
         self.prefix_tokens_reused = 0  # prompt tokens not prefilled thanks to a shared prefix (all calls)
@@ -254,10 +258,11 @@ class Sampler:
 
     def _shared_prefix(self, rows: list[list[int]]) -> tuple[int, KVCache | None]:
         """(length, one-row KV) of the prompt prefix all rows share, from the prefix cache or computed now;
-        (0, None) below `min_shared_prefix` tokens or for a single row. The length is rounded down to a
-        multiple of 64, so calls whose rows share slightly different prefixes still find it."""
+        (0, None) below `min_shared_prefix` tokens, when it would spare fewer than `min_prefix_saving` tokens, or
+        for a single row. The length is rounded down to a multiple of 64, so calls whose rows share slightly
+        different prefixes still find it."""
         shared = _common_prefix_len(rows) // 64 * 64 if len(rows) > 1 and self.min_shared_prefix > 0 else 0
-        if shared < max(self.min_shared_prefix, 64):
+        if shared < max(self.min_shared_prefix, 64) or shared * (len(rows) - 1) < self.min_prefix_saving:
             return 0, None
         key = tuple(rows[0][:shared])
         kv = self._prefixes.pop(key, None)

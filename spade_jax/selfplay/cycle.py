@@ -219,6 +219,21 @@ class SelfPlay:
                     specs.append(EpisodeSpec(env.env_id, env.source, seed, cond, env.hint, env.env_hint, env.kind))
         return self.engine.run(specs)
 
+    def evaluate(self, envs: Sequence[EnvSource], step: int, plays: int) -> dict[str, list[bool]]:
+        """Unhinted plays of environments kept out of training (held-out seeds, evaluation sets): each one's
+        outcomes in play order, by name. Reset seeds come from the run's "heldout" stream, so two runs of one seed
+        play the same episodes; nothing is archived, scored or trained."""
+        run_seed, specs = self.config.seed, []
+        for e in envs:
+            for k in range(plays):
+                seed = streams.derive(run_seed, "heldout", e.name, step, k)
+                specs.append(EpisodeSpec(f"heldout-{e.name}", e.source, seed, NO_HINT, kind=e.kind))
+        won = {(ep.env_id, ep.spec.seed): bool(ep.won) for ep in self.engine.run(specs).episodes} if specs else {}
+        out: dict[str, list[bool]] = {e.name: [] for e in envs}
+        for spec in specs:  # in play order
+            out[spec.env_id.removeprefix("heldout-")].append(won.get((spec.env_id, spec.seed), False))
+        return out
+
     def step(self, step: int, *, final: bool = False, pool: FixedPool | None = None) -> SelfPlayBatch:
         """One full self-play step; returns the samples of both roles and the step's measurements.
 
