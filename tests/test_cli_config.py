@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -32,6 +33,20 @@ def test_bad_config_is_one_line(args: list[str], expected: str, tmp_path) -> Non
     assert len(lines) == 1, proc.stderr
     assert expected in lines[0]
     assert not (tmp_path / "r").exists()  # nothing was started
+
+
+def test_a_multi_process_start_is_refused_before_any_work(tmp_path) -> None:
+    """The loop does not yet run on several processes (issue 22): one line at once, not a failure after a step;
+    JAX is never asked to wait for the peer (no coordinator listens on the port)."""
+    env = {"SPADE_COORDINATOR": "127.0.0.1:9", "SPADE_NUM_PROCESSES": "2", "SPADE_PROCESS_ID": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(tmp_path / "r")],
+        capture_output=True, text=True, timeout=120, env={**os.environ, **env},
+    )  # fmt: skip
+    assert proc.returncode == 2
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and "does not run on several processes yet (2 were started" in lines[0], proc.stderr
+    assert not (tmp_path / "r").exists()
 
 
 def test_presets_round_trip_through_json() -> None:

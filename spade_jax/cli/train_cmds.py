@@ -50,11 +50,20 @@ def _resolve(args: argparse.Namespace):
 
 
 def _start(cfg) -> None:
-    from spade_jax.distributed import initialize
+    from spade_jax.distributed import initialize, process_info_from_env
 
+    _one_process(process_info_from_env().num_processes)  # before JAX waits for peers
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     compile_cache()
-    initialize()
+    _one_process(initialize().num_processes)  # Cloud TPU pods: known only once JAX has found the slice
+
+
+def _one_process(n: int) -> None:
+    """The self-play loop runs on one process for now (issue 22): with several, each would run the whole
+    cycle and the first checkpoint would fail; say so before any work instead."""
+    if n > 1:
+        raise ValueError(f"the self-play loop does not run on several processes yet ({n} were started; "
+                         "docs/scaling.md, Multi-host jobs): start one process per run")  # fmt: skip
 
 
 def compile_cache() -> str:
