@@ -12,6 +12,21 @@ from collections.abc import Sequence
 from pathlib import Path
 
 DEFAULT_PORT = 8476
+CHECKOUT = Path(__file__).resolve().parents[1]
+INSTALL_SYSTEM_DEPS = "scripts/install_system_deps.sh"  # the sandbox runtimes (runsc, bwrap), relative to a checkout
+
+
+def is_remote(run_dir: str) -> bool:
+    """gs://... (shared by every host), as `spade_jax.rundir.is_remote`, without importing the package."""
+    return run_dir.startswith("gs://")
+
+
+def refuse_unshared(run_dir: str, hosts: int, why: str) -> None:
+    """SystemExit with one line when a job on several hosts is given a run directory only one host sees."""
+    if hosts > 1 and not is_remote(run_dir):
+        raise SystemExit(
+            f"error: {run_dir} is not shared by the {hosts} hosts ({why}): pass --run-dir gs://bucket/path"
+        )
 
 
 def add_job_args(parser: argparse.ArgumentParser) -> None:

@@ -23,6 +23,7 @@ def process_envs(args: argparse.Namespace) -> list[dict[str, str]]:
             "SPADE_COORDINATOR": f"127.0.0.1:{args.port}",
             "SPADE_NUM_PROCESSES": str(args.processes),
             "SPADE_PROCESS_ID": str(i),
+            "SPADE_SHARED_RUN_DIR": "1",  # every process is on this host: a local run directory is shared
             **({"JAX_PLATFORMS": "cpu"} if args.cpu else {}),
         }
         for i in range(args.processes)

@@ -7,13 +7,29 @@ The first node of the allocation is the JAX coordinator; each task exports SPADE
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 from pathlib import Path
 
 if __package__ in (None, ""):  # run as a script: make `launch` importable
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
-from launch.common import DEFAULT_PORT, add_job_args, execute, job_command, shell_join  # noqa: E402
+from launch.common import (  # noqa: E402
+    CHECKOUT,
+    DEFAULT_PORT,
+    INSTALL_SYSTEM_DEPS,
+    add_job_args,
+    execute,
+    is_remote,
+    job_command,
+    refuse_unshared,
+    shell_join,
+)
+
+
+def job_dir(args: argparse.Namespace) -> Path:
+    """Where the sbatch script and SLURM's output go: the run directory, or --log-dir for a gs:// one."""
+    return Path(args.log_dir if is_remote(args.run_dir) else args.run_dir)
 
 
 def sbatch_script(args: argparse.Namespace) -> str:
@@ -26,15 +42,19 @@ def sbatch_script(args: argparse.Namespace) -> str:
         f"#SBATCH --ntasks-per-node={tasks_per_node}",
         f"#SBATCH --gpus-per-node={args.gpus_per_node}",
         f"#SBATCH --time={args.time}",
-        f"#SBATCH --output={args.run_dir}/slurm-%j.out",
+        f"#SBATCH --output={job_dir(args)}/slurm-%j.out",
     ]
     if args.partition:
         lines.append(f"#SBATCH --partition={args.partition}")
+    deps = shlex.quote(str(CHECKOUT / INSTALL_SYSTEM_DEPS))
+    shared = "" if is_remote(args.run_dir) else "export SPADE_SHARED_RUN_DIR=1  # a cluster file system\n"
     body = f"""
 set -euo pipefail
 head=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n 1)
 export SPADE_COORDINATOR="$head:{args.port}"
 export SPADE_NUM_PROCESSES=$SLURM_NTASKS
+{shared}# every node: the sandbox runtimes, then one line saying which sandbox level it got
+srun --ntasks-per-node=1 --ntasks=$SLURM_JOB_NUM_NODES bash -c "bash {deps}; spade-jax sandbox-level"
 srun --kill-on-bad-exit=1 bash -c '{gpu_env.strip() + "; " if gpu_env else ""}export SPADE_PROCESS_ID=$SLURM_PROCID; \
 {shell_join(job_command(args))}'
 """
@@ -43,7 +63,7 @@ srun --kill-on-bad-exit=1 bash -c '{gpu_env.strip() + "; " if gpu_env else ""}ex
 
 def build_commands(args: argparse.Namespace) -> tuple[str, list[list[str]]]:
     script = sbatch_script(args)
-    return script, [["sbatch", str(Path(args.run_dir) / "job.sbatch")]]
+    return script, [["sbatch", str(job_dir(args) / "job.sbatch")]]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,14 +76,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--job-name", default="spade-jax")
     parser.add_argument("--port", type=int, default=DEFAULT_PORT)
     parser.add_argument("--resume", action="store_true")
+    parser.add_argument("--log-dir", default="runs/slurm", help="sbatch script and output for a gs:// run directory")
+    parser.add_argument("--no-shared-fs", action="store_true",
+                        help="the nodes share no file system: a local --run-dir is refused (use gs://)")  # fmt: skip
     add_job_args(parser)
     args = parser.parse_args(argv)
+    if args.no_shared_fs:
+        refuse_unshared(args.run_dir, args.nodes, "--no-shared-fs")
     script, commands = build_commands(args)
     if args.dry_run:
         print(script)
     else:
-        Path(args.run_dir).mkdir(parents=True, exist_ok=True)
-        (Path(args.run_dir) / "job.sbatch").write_text(script)
+        job_dir(args).mkdir(parents=True, exist_ok=True)
+        (job_dir(args) / "job.sbatch").write_text(script)
     return execute(commands, dry_run=args.dry_run)
 
 

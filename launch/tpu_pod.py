@@ -12,7 +12,17 @@ import sys
 if __package__ in (None, ""):  # run as a script: make `launch` importable
     sys.path.insert(0, str(__import__("pathlib").Path(__file__).resolve().parents[1]))
 
-from launch.common import add_job_args, execute, job_command, shell_join  # noqa: E402
+from launch.common import INSTALL_SYSTEM_DEPS, add_job_args, execute, job_command, refuse_unshared, shell_join  # noqa: E402
+
+
+def slice_hosts(accelerator: str) -> int:
+    """Hosts of a TPU slice type: the common types hold 8 cores (v4, v5p) or 8 chips (v5e, v6e) per host at most,
+    so a count above 8 spans several hosts (v5p-8: one; v5p-64: eight; v5litepod-16: four)."""
+    try:
+        n = int(accelerator.rsplit("-", 1)[1])
+    except (IndexError, ValueError):
+        raise SystemExit(f"error: --accelerator {accelerator!r}: expected a type like v5p-32 or v5litepod-16") from None
+    return 1 if n <= 8 else max(2, n // 8)
 
 
 def build_commands(args: argparse.Namespace) -> list[list[str]]:
@@ -30,7 +40,9 @@ def build_commands(args: argparse.Namespace) -> list[list[str]]:
         fetch = "mkdir -p spade-jax && tar xzf spade-jax.tgz -C spade-jax"
     else:
         fetch = f"rm -rf spade-jax && git clone --depth 1 {args.source} spade-jax"
-    setup = f"{fetch} && cd spade-jax && python3 -m pip install -q -e '.[tpu]'"
+    # every worker: the sandbox runtimes, the package, then one line saying which sandbox level this host got
+    setup = (f"{fetch} && cd spade-jax && sudo bash {INSTALL_SYSTEM_DEPS} && python3 -m pip install -q -e '.[tpu]' "
+             "&& python3 -m spade_jax.cli sandbox-level")  # fmt: skip
     run = f"cd spade-jax && {shell_join(job_command(args))}"
     ssh = tpu + ["ssh", args.name, *where, "--worker=all"]
     commands.append(ssh + ["--command", setup])
@@ -51,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--source", default="local", help="'local' (copy this checkout) or a git URL")
     add_job_args(parser)
     args = parser.parse_args(argv)
+    refuse_unshared(args.run_dir, slice_hosts(args.accelerator), "TPU VM workers share no disk")
     return execute(build_commands(args), dry_run=args.dry_run)
 
 

@@ -18,6 +18,10 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
+from spade_jax.rundir import RunDirError, is_remote
+
+__all__ = ["Checkpointer", "RunDirError", "one_line", "set_aside"]
+
 
 def _abstract(tree: Any) -> Any:
     """Shape/dtype/sharding stand-ins so restore places arrays straight into their shardings."""
@@ -28,10 +32,6 @@ def _abstract(tree: Any) -> Any:
         return x
 
     return jax.tree.map(leaf, tree)
-
-
-class RunDirError(ValueError):
-    """A run directory that cannot be resumed as it is; the message is the one line the command line prints."""
 
 
 def one_line(e: BaseException) -> str:
@@ -58,6 +58,17 @@ def set_aside(path: Path, run_dir: Path, name: str) -> Path:
     while dest.exists():
         dest, n = into / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
     shutil.move(str(path), str(dest))
+    return dest
+
+
+def _set_aside_remote(src: str, into: str, name: str) -> str:
+    """`set_aside` in a bucket: the objects under `src` moved to `into/<name>-<time>`; returns where."""
+    import fsspec
+
+    fs = fsspec.filesystem("gs")
+    dest = f"{into}/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    fs.mv(src, dest, recursive=True)
+    fs.invalidate_cache()
     return dest
 
 
@@ -145,7 +156,12 @@ class Checkpointer:
     """Saves and restores `{name: pytree}` plus a JSON `meta` dict under `directory/<step>/`."""
 
     def __init__(self, directory: str | Path, *, max_to_keep: int = 2, async_save: bool = True):
-        self.directory = Path(directory).absolute()
+        if is_remote(directory):  # gs://: Orbax lists and commits through etils' epath, TensorStore writes
+            from etils import epath
+
+            self.directory = epath.Path(str(directory))
+        else:
+            self.directory = Path(directory).absolute()
         options = ocp.CheckpointManagerOptions(max_to_keep=max_to_keep, enable_async_checkpointing=async_save)
         self._manager = ocp.CheckpointManager(self.directory, options=options)
 
@@ -191,7 +207,11 @@ class Checkpointer:
         """Moves a damaged step out of the checkpoint folder (see `set_aside`) so that resume never tries it
         again and the step can be saved anew when it is redone; returns where it went."""
         self.wait()
-        dest = set_aside(self.directory / str(step), run_dir, f"checkpoint-{step}")
+        if is_remote(self.directory):
+            dest = _set_aside_remote(str(self.directory / str(step)), f"{self.directory.parent}/damaged",
+                                     f"checkpoint-{step}")  # fmt: skip
+        else:
+            dest = set_aside(self.directory / str(step), run_dir, f"checkpoint-{step}")
         self._manager.reload()
         return dest
 

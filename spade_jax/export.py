@@ -8,20 +8,22 @@ from flax import nnx
 
 from spade_jax.checkpoint import Checkpointer
 from spade_jax.run_config import RunConfig
+from spade_jax.rundir import is_remote, read_text
 
 
 def export_run(run_dir: str | Path, out_dir: str | Path, *, step: int | None = None, dtype: str | None = None) -> Path:
-    """Rebuilds the run's model, restores the checkpoint's params into it and writes config, weights, tokenizer."""
+    """Rebuilds the run's model, restores the checkpoint's params into it and writes config, weights, tokenizer.
+    `run_dir` may be a gs:// run directory (read straight from the bucket)."""
     from spade_jax.model.hf_io import save_hf_dir
     from spade_jax.model.loading import load_model
 
-    run_dir = Path(run_dir)
-    config_path = run_dir / "config.json"
-    if not config_path.exists():
+    root = str(run_dir).rstrip("/") if is_remote(run_dir) else str(Path(run_dir))
+    text = read_text(f"{root}/config.json")  # a local folder or gs://
+    if text is None:
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
-    cfg = RunConfig.from_json(config_path.read_text())
+    cfg = RunConfig.from_json(text)
     model_cfg, model, tokenizer = load_model(cfg.model, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    ckpt = Checkpointer(run_dir / "checkpoints", async_save=False)
+    ckpt = Checkpointer(f"{root}/checkpoints", async_save=False)
     try:
         params = nnx.state(model, nnx.Param)
         trees, _ = ckpt.restore(step, {"params": params})

@@ -28,6 +28,7 @@ from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
 from spade_jax.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run_config import RunConfig
+from spade_jax.rundir import RunDir, open_run_dir
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.warmstart import warm_start
 
@@ -51,43 +52,42 @@ def evaluate(parts: Parts, step: int) -> dict[str, float]:
     return out
 
 
-def run(cfg: RunConfig, run_dir: str | Path, *, resume: bool = False, console: Any = None) -> dict[str, Any]:
+def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, console: Any = None) -> dict[str, Any]:
     """Runs (or resumes) the job; returns a summary with the paths of the report, logs and checkpoints.
+    `run_dir`: a local folder or a gs:// URL (rundir.py: checkpoints written there directly, the other files
+    through a local staging copy pushed before each checkpoint and at the end).
 
     On every way out (an error, Ctrl-C, SIGTERM turned into an exception by the command line) the checkpoint
-    being written is finished and the sandboxes are closed, their temp dirs removed."""
+    being written is finished, the staging copy pushed and the sandboxes closed, their temp dirs removed."""
     from spade_jax.progress import StepProgress
 
-    run_dir = Path(run_dir).absolute()
-    run_dir.mkdir(parents=True, exist_ok=True)
-    saved = run_dir / "config.json"
+    rd = open_run_dir(run_dir)
+    saved = rd.path / "config.json"
     if resume and saved.exists() and saved.read_text() != cfg.to_json():
         log.warning("resuming with a config that differs from %s; the new one is used and saved", saved)
     saved.write_text(cfg.to_json())
-    ckpt = Checkpointer(run_dir / "checkpoints", max_to_keep=cfg.loop.keep_checkpoints,
+    ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
                         async_save=cfg.loop.async_checkpoints)  # fmt: skip
     progress = StepProgress(cfg.loop.steps, console=console)
     try:
         if not resume and ckpt.latest_step() is not None:
-            raise ValueError(f"{run_dir} already holds checkpoints; pass --resume or choose another --run-dir")
-        repair_memory(run_dir, ckpt, resume)
+            raise ValueError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
+        repair_memory(rd.path, ckpt, resume)
         with progress.phase("loading model and starting sandbox workers"):
-            parts = build(cfg, run_dir)
+            parts = build(cfg, rd.path)
         try:
-            summary = _train(parts, ckpt, progress, resume)
+            summary = _train(parts, ckpt, progress, resume, push=rd.push)
             envs = [dataclasses.asdict(r) for r in parts.selfplay.memory.attempts()]
         finally:
             progress.stop()
             _close(parts)
+        write_report(rd.path, envs=report_envs(envs), summary=summary, title=f"spade-jax: {rd.name}")
     finally:
         progress.stop()
         ckpt.close()
-    summary.update(
-        report=str(write_report(run_dir, envs=report_envs(envs), summary=summary, title=f"spade-jax: {run_dir.name}")),
-        tensorboard=str(run_dir / "tb"),
-        checkpoints=str(run_dir / "checkpoints"),
-        metrics=str(run_dir / "metrics.jsonl"),
-    )
+        rd.push()
+    summary.update(report=rd.where("report.html"), tensorboard=rd.where("tb"), checkpoints=str(rd.checkpoints),
+                   metrics=rd.where("metrics.jsonl"))  # fmt: skip
     return summary
 
 
@@ -100,8 +100,10 @@ def _close(parts: Parts) -> None:
         parts.selfplay.close()
 
 
-def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool) -> dict[str, Any]:
-    """The steps of `run` from the restored checkpoint (or the start) to cfg.loop.steps; returns the summary."""
+def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: Any = None) -> dict[str, Any]:
+    """The steps of `run` from the restored checkpoint (or the start) to cfg.loop.steps; returns the summary.
+    `push` (the run directory's upload) is called before each checkpoint starts."""
+    push = push or (lambda: None)
     cfg = parts.cfg
     start, record = 0, {}
     if resume and ckpt.all_steps():
@@ -115,12 +117,14 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool) -> dic
                 figures = warm_start(parts, cfg.warmstart, progress=progress)
             metrics.log(0, figures)
             summary.update(figures)
+            push()
             save_checkpoint(parts, ckpt, 0, metrics)
         progress.start(start)
         for step in range(start, cfg.loop.steps):
             row = _step(parts, step, progress)
             metrics.log(step + 1, row)
             if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
+                push()
                 save_checkpoint(parts, ckpt, step + 1, metrics)
             progress.advance(row)
         ckpt.wait()

@@ -80,14 +80,15 @@ def test_local_dry_run_and_run(fake_bin, tmp_path: Path) -> None:
     assert len(lines) == 3
     for i, line in enumerate(lines):
         words = shlex.split(line)
-        assigns = dict(w.split("=", 1) for w in words[:4])
+        assigns = dict(w.split("=", 1) for w in words[:5])
         assert assigns == {
             "SPADE_COORDINATOR": "127.0.0.1:9123",
             "SPADE_NUM_PROCESSES": "3",
             "SPADE_PROCESS_ID": str(i),
+            "SPADE_SHARED_RUN_DIR": "1",  # one host: its disk is shared by every process
             "JAX_PLATFORMS": "cpu",
         }
-        assert words[4:] == [spade, "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
+        assert words[5:] == [spade, "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
         info = process_info_from_env(assigns)  # what spade_jax.distributed.initialize will join
         assert (info.process_id, info.num_processes, info.coordinator) == (i, 3, "127.0.0.1:9123")
 
@@ -119,10 +120,16 @@ def test_slurm_dry_run_script_runs_one_process_per_task(fake_bin, tmp_path: Path
 
     # Run the script as SLURM would, on 2 nodes: srun starts one task per GPU (or per node).
     log.unlink()
-    slurm_env = dict(env, SLURM_JOB_NODELIST="gpu-a[01-02]", SLURM_NTASKS=str(2 * tasks))
+    slurm_env = dict(env, SLURM_JOB_NODELIST="gpu-a[01-02]", SLURM_NTASKS=str(2 * tasks), SLURM_JOB_NUM_NODES="2")
     slurm_env["SLURM_NTASKS_PER_NODE"] = str(tasks)
     subprocess.run(["bash", str(run_dir / "job.sbatch")], env=slurm_env, check=True, timeout=60)
     calls = _calls(log)
+    # first every node installs the sandbox runtimes and says its sandbox level (the stand-in srun runs one
+    # per task), then the job runs
+    levels = [c for c in calls if c["argv"][1:] == ["sandbox-level"]]
+    assert levels and calls[: len(levels)] == levels
+    assert "--ntasks-per-node=1" in script.split("sandbox-level")[0].splitlines()[-1]
+    calls = calls[len(levels) :]
     assert len(calls) == 2 * tasks
     for i, c in enumerate(calls):
         assert c["argv"] == ["spade-jax", "selfplay", "--preset", "demo", "--run-dir", str(run_dir), "--resume"] + [
@@ -130,6 +137,7 @@ def test_slurm_dry_run_script_runs_one_process_per_task(fake_bin, tmp_path: Path
         ]
         info = process_info_from_env(c["env"])
         assert (info.process_id, info.num_processes, info.coordinator) == (i, 2 * tasks, "gpu-a01:9000")
+        assert c["env"]["SPADE_SHARED_RUN_DIR"] == "1"  # a local run directory: the cluster's shared file system
         if per == "gpu":
             assert c["env"]["CUDA_VISIBLE_DEVICES"] == str(i % tasks)  # one GPU per process
         else:
@@ -157,15 +165,33 @@ def test_tpu_pod_create_copy_install_run(fake_bin, tmp_path: Path) -> None:
     for c in (setup, run):
         assert c[: 7 + len(where)] == tpu + ["ssh", "spade", *where, "--worker=all"] and c[-2] == "--command"
     assert "pip install" in setup[-1] and ".[tpu]" in setup[-1]
+    assert "sudo bash scripts/install_system_deps.sh" in setup[-1] and setup[-1].endswith("spade_jax.cli sandbox-level")
     assert run[-1].endswith("spade-jax selfplay --preset paper-4b --run-dir gs://bucket/run loop.steps=200")
 
     assert _launch("tpu_pod", args, env, cwd=tmp_path) == out
     assert [c["argv"] for c in _calls(log)] == cmds  # the run executed exactly the printed commands, in order
 
 
+def test_a_local_run_dir_is_refused_where_hosts_share_no_disk(fake_bin, tmp_path: Path) -> None:
+    """A TPU slice of several hosts, or SLURM nodes said to share no file system, with a local --run-dir: one
+    line, nothing run. One host (v5p-8) may keep a local run directory; gs:// is shared everywhere."""
+    env, log = fake_bin
+    tpu = ["--name", "s", "--zone", "z", "--dry-run", "--run-dir", "runs/x"]
+    slurm = ["--nodes", "2", "--no-shared-fs", "--dry-run", "--run-dir", str(tmp_path / "run")]
+    for module, args in (("tpu_pod", [*tpu, "--accelerator", "v5p-64"]), ("slurm", slurm)):
+        proc = subprocess.run([sys.executable, "-m", f"launch.{module}", *args], cwd=ROOT, env=env,
+                              capture_output=True, text=True, timeout=60)  # fmt: skip
+        assert proc.returncode != 0 and proc.stdout == "", proc.stdout
+        assert proc.stderr.strip().count("\n") == 0 and "not shared by the" in proc.stderr, proc.stderr
+    assert _launch("tpu_pod", [*tpu, "--accelerator", "v5p-8"], env)  # one host: its own disk is shared
+    assert "--run-dir gs://b/r" in _launch("slurm", [*slurm[:-1], "gs://b/r"], env)
+    assert not _calls(log)
+
+
 def test_tpu_pod_reuse_with_git_source(fake_bin) -> None:
     env, log = fake_bin
     args = ["--name", "s", "--zone", "z", "--reuse", "--source", "https://example.org/spade-jax.git", "--dry-run"]
+    args += ["--run-dir", "gs://b/run"]
     cmds = _printed_commands(_launch("tpu_pod", args, env))
     assert not any("create" in c for c in cmds) and not any(c[0] == "tar" for c in cmds)  # existing slice, no copy
     assert len(cmds) == 2 and re.search(r"git clone --depth 1 https://example.org/spade-jax.git", cmds[0][-1])

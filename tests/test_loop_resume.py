@@ -23,7 +23,7 @@ pytestmark = pytest.mark.slow
 VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s")
 
 
-def _cmd(run_dir: Path, pool_dir: Path, *extra: str) -> list[str]:
+def _cmd(run_dir: Path | str, pool_dir: Path, *extra: str) -> list[str]:
     return [
         sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(run_dir), *extra,
         f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_every=0", "loop.pool_envs_per_step=1",
@@ -32,8 +32,20 @@ def _cmd(run_dir: Path, pool_dir: Path, *extra: str) -> list[str]:
 
 
 def _metrics(run_dir: Path) -> list[dict]:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return _rows((run_dir / "metrics.jsonl").read_text())
+
+
+def _rows(text: str) -> list[dict]:
+    rows = [json.loads(line) for line in text.splitlines()]
     return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
+
+
+def _assert_same_metrics(reference: list[dict], resumed: list[dict]) -> None:
+    assert [r["step"] for r in resumed] == [1, 2, 3]
+    for want, got in zip(reference, resumed):
+        assert got.keys() == want.keys()
+        for key in want:
+            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), f"step {want['step']}: {key}"
 
 
 @pytest.fixture(scope="module")
@@ -72,13 +84,57 @@ def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path, clean
     assert len(_metrics(crashed)) < 3
 
     subprocess.run(_cmd(crashed, pool_dir, "--resume"), check=True, env=env, timeout=900, capture_output=True)
-    resumed = _metrics(crashed)
-    assert [r["step"] for r in resumed] == [1, 2, 3]
-    for want, got in zip(reference, resumed):
-        assert got.keys() == want.keys()
-        for key in want:
-            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), f"step {want['step']}: {key}"
+    _assert_same_metrics(reference, _metrics(crashed))
     assert (crashed / "report.html").exists()
+
+
+def test_a_gs_run_dir_is_killed_and_resumed_from_the_bucket(tmp_path: Path, pool_dir: Path, clean_run: Path) -> None:
+    """`--run-dir gs://...` against a local GCS emulator (fake-gcs-server, loopback): checkpoints written to the
+    bucket by Orbax/TensorStore, the other files pushed from a staging copy. Killed after checkpoint 1 is in the
+    bucket, resumed from another machine's view (an empty staging folder, so everything is read back from the
+    bucket), it gives the clean local run's metrics; report, memory and TensorBoard land in the bucket, and
+    `export-hf` reads the bucket's checkpoint."""
+    from gcs_emulator import emulator, environ
+
+    url = "gs://bkt/runs/crashed"
+    with emulator("bkt") as gcs, environ(gcs):
+        import fsspec
+
+        fs = fsspec.filesystem("gs")
+
+        def env(stage: str) -> dict[str, str]:
+            return {**ENV, **gcs, "SPADE_JAX_STAGING": str(tmp_path / stage)}
+
+        proc = subprocess.Popen(_cmd(url, pool_dir), env=env("host-a"), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+        committed = f"{url}/checkpoints/1/commit_success.txt"
+        deadline = time.time() + 900
+        while time.time() < deadline and proc.poll() is None:
+            fs.invalidate_cache()
+            if fs.exists(committed):
+                break
+            time.sleep(0.2)
+        assert proc.poll() is None, "the run ended before it could be killed"
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+        fs.invalidate_cache()
+        assert fs.exists(committed) and not fs.exists(f"{url}/report.html")
+
+        done = subprocess.run(_cmd(url, pool_dir, "--resume"), check=True, env=env("host-b"), timeout=900,
+                              capture_output=True, text=True)  # fmt: skip
+        assert "resuming from checkpoint 1" in done.stderr, done.stderr[-2000:]
+        assert "damaged" not in done.stderr, done.stderr[-2000:]  # memory.sqlite came back from the bucket
+        fs.invalidate_cache()
+        _assert_same_metrics(_metrics(clean_run), _rows(fs.cat_file(f"{url}/metrics.jsonl").decode()))
+        for name in ("report.html", "memory.sqlite", "config.json", "gate_key"):
+            assert fs.exists(f"{url}/{name}"), name
+        assert fs.ls(f"{url}/tb"), "no TensorBoard events in the bucket"
+        assert fs.cat_file(f"{url}/memory.sqlite")[:16] == b"SQLite format 3\x00"
+
+        out = tmp_path / "hf"
+        subprocess.run([sys.executable, "-m", "spade_jax.cli", "export-hf", "--run-dir", url, "--out", str(out)],
+                       check=True, env=env("host-c"), timeout=600, capture_output=True)  # fmt: skip
+        assert (out / "config.json").exists()
 
 
 def test_export_hf_loads_in_transformers_with_the_trained_weights(tmp_path: Path, clean_run: Path) -> None:

@@ -18,6 +18,43 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     _register_validate_env(subparsers)
     _register_env_run(subparsers)
     _register_export_envs(subparsers)
+    p = subparsers.add_parser(
+        "sandbox-level",
+        help="print the sandbox level this host gets (the launchers run it on every host)",
+        description="Probes gvisor > bwrap > process by starting a worker with each; prints one line, "
+        "'<host>: sandbox level <level>' (and why a stronger one does not work). Exit 0 unless none works.",
+    )
+    p.add_argument("--sandbox", choices=SANDBOX_LEVELS, default="auto", help="the level to check (default: auto)")
+    p.set_defaults(func=_sandbox_level)
+
+
+def _sandbox_level(args: argparse.Namespace) -> int:
+    import logging
+    import socket
+
+    from spade_jax.envs.sandbox import SandboxUnavailable, detect_level
+
+    notes: list[str] = []
+
+    class _Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            notes.append(record.getMessage())
+
+    logger = logging.getLogger("spade_jax")
+    handler, level = _Keep(), logger.level
+    logger.addHandler(handler)
+    logger.setLevel(logging.INFO)
+    try:
+        got = detect_level(args.sandbox)
+    except SandboxUnavailable as e:
+        print(f"{socket.gethostname()}: no sandbox level works: {e}")
+        return 1
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+    why = next((n.split(" (", 1)[1].rstrip(")") for n in notes if " (" in n), "")
+    print(f"{socket.gethostname()}: sandbox level {got}" + (f" ({why})" if why else ""))
+    return 0
 
 
 # ------------------------------------------------------------------------------------------ validate-env

@@ -35,27 +35,46 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_export_hf)
 
 
-def _resolve(args: argparse.Namespace):
+def _prepare(args: argparse.Namespace):
+    """The run's config and its opened run directory; the refusals (several processes, a run directory the
+    hosts do not share) come first, before any work, then JAX joins the job."""
+    from spade_jax.distributed import initialize, process_info_from_env
     from spade_jax.run_config import load_run_config
+    from spade_jax.rundir import open_run_dir
 
     overrides = list(args.overrides)
     if args.corpus:
         overrides.append(f"selfplay.corpus.paths={args.corpus}")
     cfg = load_run_config(args.preset, overrides, config_file=args.config)
-    run_dir = Path(args.run_dir or f"runs/{args.preset}")
-    if args.resume and args.config is None and (run_dir / "config.json").exists():
+    where = args.run_dir or f"runs/{args.preset}"
+    _refuse(where, process_info_from_env().num_processes)  # before JAX waits for peers
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    compile_cache()
+    _refuse(where, initialize().num_processes)  # Cloud TPU pods: known only once JAX has found the slice
+    run_dir = open_run_dir(where)  # a gs:// one: its staging copy filled from the bucket
+    if args.resume and args.config is None and (run_dir.path / "config.json").exists():
         # A resumed run keeps the configuration it was started with (plus any new overrides).
-        cfg = load_run_config(args.preset, overrides, config_file=run_dir / "config.json")
+        cfg = load_run_config(args.preset, overrides, config_file=run_dir.path / "config.json")
     return cfg, run_dir
 
 
-def _start(cfg) -> None:
-    from spade_jax.distributed import initialize, process_info_from_env
+def _refuse(run_dir: str, n: int) -> None:
+    _shared_run_dir(run_dir, n)
+    _one_process(n)
 
-    _one_process(process_info_from_env().num_processes)  # before JAX waits for peers
-    logging.basicConfig(level=logging.INFO, format="%(message)s")
-    compile_cache()
-    _one_process(initialize().num_processes)  # Cloud TPU pods: known only once JAX has found the slice
+
+def _shared_run_dir(run_dir: str, n: int) -> None:
+    """A job of several processes needs a run directory they all see: gs://, or a path the launcher declares
+    shared (SPADE_SHARED_RUN_DIR=1: every process on one host, or a cluster file system)."""
+    import os
+
+    from spade_jax.rundir import is_remote
+
+    if n > 1 and not is_remote(run_dir) and os.environ.get("SPADE_SHARED_RUN_DIR") != "1":
+        raise ValueError(
+            f"a job of {n} processes needs a shared run directory, and {run_dir} is local to each host: "
+            "pass --run-dir gs://bucket/path (SPADE_SHARED_RUN_DIR=1: a shared file system)"
+        )
 
 
 def _one_process(n: int) -> None:
@@ -95,8 +114,7 @@ def _print_summary(summary: dict) -> None:
 def _selfplay(args: argparse.Namespace) -> int:
     from spade_jax.loop import run
 
-    cfg, run_dir = _resolve(args)
-    _start(cfg)
+    cfg, run_dir = _prepare(args)
     summary = run(cfg, run_dir, resume=args.resume)
     _print_summary(summary)
     print(f"report: {summary['report']}\ntensorboard: tensorboard --logdir {summary['tensorboard']}\n"
@@ -107,9 +125,8 @@ def _selfplay(args: argparse.Namespace) -> int:
 def _warmstart(args: argparse.Namespace) -> int:
     from spade_jax.loop import run
 
-    cfg, run_dir = _resolve(args)
+    cfg, run_dir = _prepare(args)
     cfg = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, warmstart=True, steps=0))
-    _start(cfg)
     summary = run(cfg, run_dir, resume=args.resume)
     _print_summary(summary)
     print(f"warm-started checkpoint in {summary['checkpoints']}; continue with: "
