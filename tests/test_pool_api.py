@@ -148,8 +148,8 @@ def test_failure_ends_the_episode_and_closed_session_answers(pool):
                     pass
         """
     )
-    started = pool.stats["workers_started"]
     s = pool.open(spin)
+    started = pool.stats["workers_started"]  # after open: workers start on first use (this test may run first)
     s.reset()
     t0 = time.monotonic()
     r = s.step("x")
