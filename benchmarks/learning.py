@@ -2,7 +2,8 @@
 ("control"), then both final policies on held-out environments (issue 17 section 3).
 
     python benchmarks/learning.py --preset demo --steps 8 --out runs/learning [--eval-variants 2]
-                                  [--eval-plays 8] [--eval-family sonar_hunt --family-variants 4] [KEY=VALUE ...]
+                                  [--eval-plays 8] [--eval-family sonar_hunt --family-variants 4]
+                                  [--trained-envs 4] [KEY=VALUE ...]
 
 Both runs use the same config, seeds and environments; only `learner.lr` differs (0 in the control). A
 preset with a warm start runs it once, in DIR/start, and both runs continue from that checkpoint: the control
@@ -13,7 +14,9 @@ memory) and the K easiest programmatic variants of each (envs/variants.py; the s
 small model's reach), and with --eval-family the easiest variants of trained-on families that neither run
 played nor warm-started on (programs of the family the agent has not seen), M unhinted plays each, with the
 same reset seeds for both runs, through the run's own
-rollout engine (its rollout config, sandbox and sampler) with the run's final parameters. Per-episode
+rollout engine (its rollout config, sandbox and sampler) with the run's final parameters. With
+--trained-envs N, apart from those: up to N environments both runs trained on, on fresh reset seeds (is the
+agent better at what it was given, before any transfer?); never part of the target. Per-episode
 outcomes are kept, so the trained-minus-control difference gets a paired bootstrap 95% interval (2000
 resamples, fixed seed). Per step, from each run's metrics.jsonl: held-out win rate (the loop's own
 evaluation, `loop.eval_every`), designer valid rate, designer reward, regret and the share of environments
@@ -50,6 +53,7 @@ STEP_METRICS = {  # short name -> metric of each run's metrics.jsonl
 }
 TARGET_WIN_DIFF = 0.10
 TARGET_VALID_RATIO = 2.0
+HELD_OUT = ("seed", "variant", "family")  # the groups of "all" (the target); "trained" is reported apart
 EVAL_STEP = 20_000  # the final evaluation's step in the held-out stream (streams.py): same seeds for both runs
 
 
@@ -146,6 +150,25 @@ def played_knobs(memories: list[Path], family: tuple[str, ...]) -> dict[str, set
     return out
 
 
+def trained_on(memories: list[Path], k: int) -> list[dict[str, str]]:
+    """Up to k environments that every run played (same program text), in the first run's order: the agent's
+    own training environments, evaluated on fresh reset seeds to tell learning what it is given from transfer."""
+    from spade_jax.selfplay.memory import Memory
+
+    played: list[dict[str, dict[str, str]]] = []
+    for path in memories:
+        mem = Memory(path)
+        try:
+            played.append({r.code: {"env": f"trained-{r.id}", "seed": r.name or r.id, "group": "trained",
+                                    "kind": r.kind, "source": r.code}
+                           for r in mem.attempts() if r.plays > 0 and r.verdict_valid})  # fmt: skip
+        finally:
+            mem.close()
+    if not played or k <= 0:
+        return []
+    return [e for code, e in played[0].items() if all(code in p for p in played[1:])][:k]
+
+
 def play_eval(parts: Any, envs: list[dict[str, str]], plays: int) -> list[dict[str, Any]]:
     """Unhinted plays of every environment with the policy now in `parts`; one row per episode, in a fixed
     order (environment, play), so two runs' rows pair up (both play the run's held-out stream at EVAL_STEP)."""
@@ -207,12 +230,14 @@ def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir
 
 
 def heldout_figures(trained: list[dict], control: list[dict], n: int = 2000, seed: int = 0) -> dict[str, Any]:
-    """Win rates with 95% intervals per run and of the paired difference: all environments, the seeds only,
-    the variants only, the trained-on families' unplayed variants, and per environment (means)."""
+    """Win rates with 95% intervals per run and of the paired difference: all held-out environments, the seeds
+    only, the variants only, the trained-on families' unplayed variants; apart from those, the environments
+    both runs trained on (fresh reset seeds: not held out, never part of "all" or the target); and per
+    environment (means)."""
     out: dict[str, Any] = {}
-    for group in ("all", "seed", "variant", "family"):
-        a = [e["won"] for e in trained if group == "all" or e["group"] == group]
-        b = [e["won"] for e in control if group == "all" or e["group"] == group]
+    for group in ("all", "seed", "variant", "family", "trained"):
+        a = [e["won"] for e in trained if e["group"] == group or (group == "all" and e["group"] in HELD_OUT)]
+        b = [e["won"] for e in control if e["group"] == group or (group == "all" and e["group"] in HELD_OUT)]
         if not a:
             continue
         out[group] = {
@@ -291,14 +316,15 @@ def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
                                         f"{_f(r[f'{s}/difference'])}" for s in STEP_METRICS))  # fmt: skip
     console.print(table)
 
-    summary = Table(title="Held-out agent win rate (%), final policies, 95% bootstrap intervals")
+    summary = Table(title="Agent win rate (%), unhinted, final policies, 95% bootstrap intervals")
     for col in ("environments", "episodes/run", "trained", "control", "difference"):
         summary.add_column(col, justify="right" if col != "environments" else "left")
     for group, g in fig["heldout"].items():
         if group == "per_env":
             continue
         cell = lambda x: f"{_f(x['mean'], True)} [{_f(x['lo'], True)}, {_f(x['hi'], True)}]"  # noqa: E731
-        summary.add_row(group, str(g["episodes"]), cell(g["trained"]), cell(g["control"]), cell(g["difference"]))
+        label = "trained-on (fresh seeds; not held out)" if group == "trained" else f"held-out: {group}"
+        summary.add_row(label, str(g["episodes"]), cell(g["trained"]), cell(g["control"]), cell(g["difference"]))
     console.print(summary)
     v = fig["valid_rate_second_half"]
     ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
@@ -351,9 +377,13 @@ def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
             ax.legend(fontsize=7)
         else:
             ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="#888")
-    g = fig["heldout"].get("all")
-    text = ["Final held-out win rate (%, 95% CI)"]
-    if g:
+    text = []
+    for group, title in (("all", "Final held-out win rate (%, 95% CI)"),
+                         ("trained", "Trained-on envs, fresh seeds (%, 95% CI)")):  # fmt: skip
+        g = fig["heldout"].get(group)
+        if not g:
+            continue
+        text += [title] if not text else ["", title]
         for run in ("trained", "control", "difference"):
             sign = "+" if run == "difference" else ""
             m = {k: format(100 * g[run][k], f"{sign}.1f") for k in ("mean", "lo", "hi")}
@@ -411,6 +441,8 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated trained-on seeds: also evaluate on K of their easiest variants that neither run played",
     )
     ap.add_argument("--family-variants", type=int, default=4, help="unplayed variants per --eval-family seed")
+    ap.add_argument("--trained-envs", type=int, default=0,
+                    help="also up to N environments both runs trained on (fresh seeds; not held out)")  # fmt: skip
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=1e-5")
     args = ap.parse_args(argv)
@@ -440,6 +472,7 @@ def main(argv: list[str] | None = None) -> int:
     family = tuple(n for n in args.eval_family.split(",") if n)
     played = played_knobs([d / "memory.sqlite" for d in dirs.values()], family)
     envs = eval_envs(tuple(cfg.loop.held_out), args.eval_variants, family, played, args.family_variants)
+    envs += trained_on([d / "memory.sqlite" for d in dirs.values()], args.trained_envs)
     t0 = time.perf_counter()
     evals = final_eval(cfg, dirs, start, out / "eval", envs, args.eval_plays)
     walls["final_eval_s"] = time.perf_counter() - t0

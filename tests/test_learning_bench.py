@@ -95,7 +95,7 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     (pool / "parity_game.py").write_text(COIN_ENV)
     out = tmp_path / "bench"
     rc = bench.main(["--preset", "tiny", "--steps", "2", "--out", str(out), "--eval-variants", "1",
-                     "--eval-plays", "2", f"loop.pool={pool}", "loop.pool_envs_per_step=1",
+                     "--eval-plays", "2", "--trained-envs", "3", f"loop.pool={pool}", "loop.pool_envs_per_step=1",
                      "selfplay.plays_per_condition=3", "loop.held_out=grid_maze,date_offset",
                      # A short warm start, run once and shared: the control keeps it and takes no RL step.
                      "loop.warmstart=true", "warmstart.epochs=1", "warmstart.designer_examples_per_seed=0",
@@ -110,7 +110,9 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     # Same episodes in both runs (environment, play), in the same order: the pairing of the bootstrap.
     key = lambda eps: [(e["env"], e["play"]) for e in eps]  # noqa: E731
     assert key(runs["trained"]["episodes"]) == key(runs["control"]["episodes"])
-    assert len(runs["trained"]["episodes"]) == 2 * 2 * 2  # 2 seeds x (seed + 1 variant) x 2 plays
+    # 2 seeds x (seed + 1 variant) x 2 plays, then the one environment both runs trained on (the pool's) x 2
+    assert len(runs["trained"]["episodes"]) == 2 * 2 * 2 + 2
+    assert [e["group"] for e in runs["trained"]["episodes"]][-2:] == ["trained", "trained"]
     assert all(e["won"] in (0.0, 1.0) for r in runs.values() for e in r["episodes"])
 
     # Both runs start from the one warm start; from there the control never moved, and the trained run did,
@@ -128,7 +130,8 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
         g = fig["heldout"][group]
         assert all(_ok(g[run]) for run in ("trained", "control", "difference")), (group, g)
         assert g["difference"]["mean"] == pytest.approx(g["trained"]["mean"] - g["control"]["mean"])
-    assert fig["heldout"]["all"]["episodes"] == 8
+    assert fig["heldout"]["all"]["episodes"] == 8  # held-out only: the trained-on environment is apart
+    assert fig["heldout"]["trained"]["episodes"] == 2 and _ok(fig["heldout"]["trained"]["difference"])
     assert set(fig["heldout"]["per_env"]) == {e["env"] for e in fig["eval"]["environments"]}
 
     steps = [r["step"] for r in fig["per_step"]]
