@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # this checkout's 
 
 STEP_METRICS = {  # short name -> metric of each run's metrics.jsonl
     "heldout_win": "eval/win_rate",
+    "play_win": "rollout/win_rate_no_hint",  # the step's own plays (same environments and reset seeds at first)
     "valid_rate": "design/valid_frac",
     "designer_reward": "env/designer_reward_mean",
     "regret": "env/regret_mean",
@@ -338,19 +339,20 @@ def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
 
 
 def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
-    """Five panels (trained solid, control dashed in the same colour, their difference dotted grey; the final
+    """Six panels (trained solid, control dashed in the same colour, their difference dotted grey; the final
     evaluation with its 95% intervals right of the last step) and the verdicts."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    titles = {"heldout_win": "Held-out win rate (unhinted)", "valid_rate": "Designer valid rate",
+    titles = {"heldout_win": "Held-out win rate (unhinted)", "play_win": "Win rate of the step's plays (unhinted)",
+              "valid_rate": "Designer valid rate",
               "designer_reward": "Designer reward (mean)", "regret": "Regret (mean)",
               "in_band": "Share of environments in the win-rate band"}  # fmt: skip
-    rates = ("heldout_win", "valid_rate", "in_band")
+    rates = ("heldout_win", "play_win", "valid_rate", "in_band")
     steps = fig["steps"]
-    axes = plt.subplots(2, 3, figsize=(15, 7.5), dpi=100)[1].ravel()
+    axes = plt.subplots(2, 4, figsize=(20, 7.5), dpi=100)[1].ravel()
     for i, (ax, (short, title)) in enumerate(zip(axes, titles.items())):
         for run, style in (("trained", "-"), ("control", "--"), ("difference", ":")):
             pts = [(r["step"], r[f"{short}/{run}"]) for r in rows if r[f"{short}/{run}"] is not None]
@@ -393,7 +395,8 @@ def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
     text += ["", "Designer valid rate, 2nd half", f"  trained {_f(v['trained'])}, control {_f(v['control'])}",
              f"  ratio {ratio}", ""]  # fmt: skip
     text += [f"{k}: {'PASS' if t['passed'] else 'NOT REACHED'}" for k, t in fig["targets"].items()]
-    axes[-1].axis("off")
+    for ax in axes[len(titles) :]:
+        ax.axis("off")
     axes[-1].text(0.02, 0.9, "\n".join(text), va="top", fontsize=11, family="monospace")
     plt.tight_layout()
     plt.savefig(path)
