@@ -18,7 +18,7 @@ from typing import Any
 import jax
 import orbax.checkpoint as ocp
 
-from spade_jax.rundir import RunDirError, is_remote
+from spade_jax.rundir import RunDirError, is_remote, set_aside_remote
 
 __all__ = ["Checkpointer", "RunDirError", "one_line", "set_aside"]
 
@@ -58,17 +58,6 @@ def set_aside(path: Path, run_dir: Path, name: str) -> Path:
     while dest.exists():
         dest, n = into / f"{name}-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
     shutil.move(str(path), str(dest))
-    return dest
-
-
-def _set_aside_remote(src: str, into: str, name: str) -> str:
-    """`set_aside` in a bucket: the objects under `src` moved to `into/<name>-<time>`; returns where."""
-    import fsspec
-
-    fs = fsspec.filesystem("gs")
-    dest = f"{into}/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
-    fs.mv(src, dest, recursive=True)
-    fs.invalidate_cache()
     return dest
 
 
@@ -208,7 +197,7 @@ class Checkpointer:
         again and the step can be saved anew when it is redone; returns where it went."""
         self.wait()
         if is_remote(self.directory):
-            dest = _set_aside_remote(str(self.directory / str(step)), f"{self.directory.parent}/damaged",
+            dest = set_aside_remote(str(self.directory / str(step)), f"{self.directory.parent}/damaged",
                                      f"checkpoint-{step}")  # fmt: skip
         else:
             dest = set_aside(self.directory / str(step), run_dir, f"checkpoint-{step}")

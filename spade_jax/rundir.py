@@ -180,6 +180,18 @@ def open_run_dir(run_dir: str | os.PathLike | RunDir) -> RunDir:
     return rd
 
 
+def set_aside_remote(src: str, into: str, name: str) -> str:
+    """Moves the objects under the gs:// prefix `src` to `into/<name>-<time>` (a damaged checkpoint kept for
+    inspection, as `checkpoint.set_aside` does on a local disk); returns where they went."""
+    import time
+
+    fs = _fs()
+    dest = f"{into}/{name}-{time.strftime('%Y%m%d-%H%M%S')}"
+    fs.mv(src, dest, recursive=True)
+    fs.invalidate_cache()
+    return dest
+
+
 def read_text(path: str | os.PathLike) -> str | None:
     """A small file of a local or remote run directory (config.json), or None when it is not there."""
     if is_remote(path):
