@@ -71,7 +71,7 @@ def train_on(parts: Any, batch: SelfPlayBatch) -> dict[str, float]:
     t0 = time.perf_counter()
     tb = pack_sequences(samples, length_buckets=buckets, pad_id=getattr(parts.tokenizer, "pad_id", None) or 0)
     metrics = parts.learner.train_step(tb)
-    parts.sampler.update_model(parts.learner.model)
+    parts.sync_sampler()
     dt = time.perf_counter() - t0
     stats.update({f"train/{k}": float(v) for k, v in metrics.items()})
     stats["perf/learner_tokens_per_s"] = float(sum(len(s) for s in samples)) / max(dt, 1e-9)

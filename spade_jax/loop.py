@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from spade_jax.checkpoint import Checkpointer
+from spade_jax.hosts import Hosts
 from spade_jax.learn import band_stats, train_on
 from spade_jax.metrics import MetricsLogger
 from spade_jax.parts import Parts, build
@@ -58,21 +59,27 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     through a local staging copy pushed before each checkpoint and at the end).
 
     On every way out (an error, Ctrl-C, SIGTERM turned into an exception by the command line) the checkpoint
-    being written is finished, the staging copy pushed and the sandboxes closed, their temp dirs removed."""
+    being written is finished, the staging copy pushed and the sandboxes closed, their temp dirs removed.
+
+    On several processes (hosts.py) every process runs this together, each doing its share of the self-play
+    work; process 0 alone writes the run directory's files, and every process takes part in the checkpoints."""
     from spade_jax.progress import StepProgress
 
-    rd = open_run_dir(run_dir)
+    hosts = Hosts.current()
+    rd = open_run_dir(run_dir, host=hosts.index)
     saved = rd.path / "config.json"
-    if resume and saved.exists() and saved.read_text() != cfg.to_json():
-        log.warning("resuming with a config that differs from %s; the new one is used and saved", saved)
-    saved.write_text(cfg.to_json())
+    if hosts.is_leader:
+        if resume and saved.exists() and saved.read_text() != cfg.to_json():
+            log.warning("resuming with a config that differs from %s; the new one is used and saved", saved)
+        saved.write_text(cfg.to_json())
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
                         async_save=cfg.loop.async_checkpoints)  # fmt: skip
-    progress = StepProgress(cfg.loop.steps, console=console)
+    progress = StepProgress(cfg.loop.steps, console=console if hosts.is_leader else _quiet())
     try:
         if not resume and ckpt.latest_step() is not None:
             raise ValueError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
-        repair_memory(rd.path, ckpt, resume)
+        if hosts.is_leader:
+            repair_memory(rd.path, ckpt, resume)
         with progress.phase("loading model and starting sandbox workers"):
             parts = build(cfg, rd.path)
         try:
@@ -81,7 +88,8 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
         finally:
             progress.stop()
             _close(parts)
-        write_report(rd.path, envs=report_envs(envs), summary=summary, title=f"spade-jax: {rd.name}")
+        if hosts.is_leader:
+            write_report(rd.path, envs=report_envs(envs), summary=summary, title=f"spade-jax: {rd.name}")
     finally:
         progress.stop()
         ckpt.close()
@@ -89,6 +97,15 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     summary.update(report=rd.where("report.html"), tensorboard=rd.where("tb"), checkpoints=str(rd.checkpoints),
                    metrics=rd.where("metrics.jsonl"))  # fmt: skip
     return summary
+
+
+def _quiet() -> Any:
+    """A console that shows nothing: the progress of the hosts other than the leader."""
+    import os
+
+    from rich.console import Console
+
+    return Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the run)
 
 
 def _close(parts: Parts) -> None:
@@ -109,7 +126,8 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: 
     if resume and ckpt.all_steps():
         with progress.phase("restoring checkpoint"):
             start, record = restore(parts, ckpt)
-    metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()))
+    metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()),
+                            write=parts.hosts.is_leader)  # fmt: skip
     summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
     try:
         if cfg.loop.warmstart and ckpt.latest_step() is None:

@@ -34,15 +34,19 @@ class MetricsLogger:
         resume_step: int | None = None,
         known_rows: Iterable[dict[str, Any]] = (),
         tensorboard: bool = True,
+        write: bool = True,
     ):
         self.path = Path(run_dir) / "metrics.jsonl"
+        self.write = write  # False: the rows are kept for the checkpoint only (another host than the leader)
+        self._unsaved: list[dict[str, Any]] = []
+        self._writer = None
+        if not write:
+            return
         self.path.parent.mkdir(parents=True, exist_ok=True)
         if self.path.exists():
             note = repair_metrics(self.path, resume_step, list(known_rows))
             if note:
                 log.warning("%s", note)
-        self._unsaved: list[dict[str, Any]] = []
-        self._writer = None
         if tensorboard:
             from tensorboardX import SummaryWriter
 
@@ -55,9 +59,11 @@ class MetricsLogger:
                 row[key] = float(value) if math.isfinite(value) else None
             elif hasattr(value, "item"):
                 row[key] = float(value.item())
+        self._unsaved.append(row)
+        if not self.write:
+            return
         with self.path.open("a") as f:
             f.write(json.dumps(row) + "\n")
-        self._unsaved.append(row)
         if self._writer is not None:
             for key, value in row.items():
                 if key != "step" and value is not None:

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spade_jax.hosts import Hosts
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.run_config import RunConfig
 from spade_jax.selfplay.cycle import FixedPool, SelfPlay
@@ -33,6 +34,17 @@ class Parts:
     selfplay: SelfPlay
     fixed_pool: FixedPool | None = None  # loop.pool=<pool>: the baselines' environments (designer off)
     held_out: list[Any] = field(default_factory=list)
+    hosts: Hosts = Hosts()
+
+    def sync_sampler(self) -> None:
+        """Points the sampler at the learner's current parameters: the same arrays on one process; on several,
+        a copy whole on this host's devices (`local_replica`, a collective: every host calls it together)."""
+        model = self.learner.model
+        if self.hosts.count > 1:
+            from spade_jax.model.sharding import local_replica
+
+            model = local_replica(model, self.sampler.mesh)
+        self.sampler.update_model(model)
 
 
 def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
@@ -41,22 +53,40 @@ def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
     from spade_jax.envs.sandbox import SandboxConfig
     from spade_jax.model.loading import load_model
     from spade_jax.model.sharding import make_mesh
-    from spade_jax.sampling import Sampler
 
-    mesh = make_mesh(_mesh_shape(cfg.mesh)) if cfg.mesh else None
+    hosts = Hosts.current()
+    if hosts.count > 1:  # the learner spans every host's devices (fsdp by default), each host samples alone
+        mesh = make_mesh(_mesh_shape(cfg.mesh) if cfg.mesh else {"fsdp": -1})
+    else:
+        mesh = make_mesh(_mesh_shape(cfg.mesh)) if cfg.mesh else None
     _, model, tokenizer = load_model(cfg.model, mesh=mesh, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    sampler = Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len)
+    sampler = _sampler(model, tokenizer, cfg, mesh, hosts)
     limits = dataclasses.asdict(cfg.sandbox_limits)
     pool = HostPool(cfg.num_workers, SandboxConfig(level=cfg.sandbox, call_timeout_s=cfg.call_timeout_s, **limits))
     log.info("sandbox level in force: %s (%d workers)", pool.level, cfg.num_workers)
     try:
-        return _wire(cfg, run_dir, model, tokenizer, sampler, pool, mesh)
+        return _wire(cfg, run_dir, model, tokenizer, sampler, pool, mesh, hosts)
     except BaseException:  # a bad config, Ctrl-C, SIGTERM: the sandboxes and their temp dirs go either way
         pool.close()
         raise
 
 
-def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: Any, pool: Any, mesh: Any) -> Parts:
+def _sampler(model: Any, tokenizer: Any, cfg: RunConfig, mesh: Any, hosts: Hosts) -> Any:
+    """The run's sampler: on the learner's own arrays (one process), or on a replica of them whole on this
+    host's devices, split by batch (several: a host's decoding never waits for another host)."""
+    from spade_jax.model.sharding import local_replica, make_mesh
+    from spade_jax.sampling import Sampler
+
+    if hosts.count > 1:
+        import jax
+
+        mesh = make_mesh({"data": -1}, devices=jax.local_devices())
+        model = local_replica(model, mesh)
+    return Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len)
+
+
+def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: Any, pool: Any, mesh: Any,
+          hosts: Hosts = Hosts()) -> Parts:  # fmt: skip
     """The learner, memory and self-play around a started pool (`build`, which closes the pool on failure)."""
     from spade_jax.envs.seeds import list_seeds
     from spade_jax.rl.learner import Learner
@@ -80,8 +110,9 @@ def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: An
         if not envs:
             raise ValueError(f"environment pool {cfg.loop.pool!r} is empty")
         fixed_pool = FixedPool(envs, cfg.loop.pool_envs_per_step, cfg.loop.seed)
-    selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, library=library)
-    return Parts(cfg, run_dir, model, tokenizer, sampler, pool, learner, selfplay, fixed_pool, held_out)
+    selfplay = SelfPlay(sp_cfg, sampler=sampler, tokenizer=tokenizer, pool=pool, run_dir=run_dir, library=library,
+                        hosts=hosts)  # fmt: skip
+    return Parts(cfg, run_dir, model, tokenizer, sampler, pool, learner, selfplay, fixed_pool, held_out, hosts)
 
 
 def _mesh_shape(spec: str) -> dict[str, int]:

@@ -61,9 +61,9 @@ def restore(parts: Any, ckpt: Checkpointer) -> tuple[int, dict[str, Any]]:
             failed.append((step, one_line(e)))
             continue
         parts.learner.set_state({**trees, "step": meta["learner_step"]})
-        parts.sampler.update_model(parts.learner.model)
+        parts.sync_sampler()
         parts.selfplay.set_state(meta["selfplay"])
-        moved = [str(ckpt.set_aside(bad, parts.run_dir)) for bad, _ in failed]
+        moved = [str(ckpt.set_aside(bad, parts.run_dir)) for bad, _ in failed] if parts.hosts.is_leader else []
         if failed:
             why = "; ".join(f"checkpoint {bad} does not restore ({reason})" for bad, reason in failed)
             log.warning("resuming from checkpoint %d: %s; moved to %s; the steps after %d are redone",

@@ -75,6 +75,7 @@ class RunDir:
 
     path: Path
     url: str | None = None
+    writer: bool = True  # False on the other hosts of a multi-host job: they push nothing
     _sent: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict, repr=False)
 
     @property
@@ -95,7 +96,7 @@ class RunDir:
     def push(self) -> int:
         """Uploads the staging files that changed since the last push (none for a local run directory);
         returns how many went. A failure is one warning line: the next push sends them again."""
-        if self.url is None:
+        if self.url is None or not self.writer:
             return 0
         sent = 0
         try:
@@ -144,25 +145,30 @@ class _snapshot:
             self._tmp.unlink(missing_ok=True)
 
 
-def open_run_dir(run_dir: str | os.PathLike | RunDir) -> RunDir:
+def open_run_dir(run_dir: str | os.PathLike | RunDir, *, host: int = 0) -> RunDir:
     """The `RunDir` of a local path (made absolute, created) or of a gs:// URL (its staging copy filled from
-    the bucket). RunDirError, one line, when the bucket cannot be read."""
+    the bucket). RunDirError, one line, when the bucket cannot be read. `host` > 0: another host of a multi-host
+    job, which writes nothing there (the leader is the one writer): its staging folder gets the saved config only."""
     if isinstance(run_dir, RunDir):
         return run_dir
     if not is_remote(run_dir):
         path = Path(run_dir).absolute()
         path.mkdir(parents=True, exist_ok=True)
-        return RunDir(path)
+        return RunDir(path, writer=host == 0)
     url = str(run_dir).rstrip("/")
     local = staging_dir(url)
+    if host:
+        local = local.with_name(f"{local.name}.host{host}")
     if local.exists():
         shutil.rmtree(local)
     local.mkdir(parents=True)
-    rd = RunDir(local, url)
+    rd = RunDir(local, url, writer=host == 0)
     try:
         fs = _fs()
         root = url.split("://", 1)[1]
         names = fs.find(url) if fs.exists(url) else []
+        if host:  # another host: only the saved config (a resume reads it), the leader alone works the files
+            names = [n for n in names if n[len(root) :].lstrip("/") == "config.json"]
         for name in names:
             rel = name[len(root) :].lstrip("/")
             if not rel or rel == CHECKPOINTS or rel.startswith(CHECKPOINTS + "/"):

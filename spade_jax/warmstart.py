@@ -205,7 +205,7 @@ def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> d
                 progress.console.log(f"  warm start batch {len(losses)}: loss={losses[-1]:.3f}")
     del sft
     rl.freeze_reference()  # the KL reference (kl_coef > 0) is the policy RL starts from, after the warm start
-    parts.sampler.update_model(rl.model)
+    parts.sync_sampler()
     if cfg.probe_designs:
         figures["warmstart/valid_rate_after"] = valid_rate(sp, cfg.probe_designs, step=-1)
     return {

@@ -35,22 +35,18 @@ def test_bad_config_is_one_line(args: list[str], expected: str, tmp_path) -> Non
     assert not (tmp_path / "r").exists()  # nothing was started
 
 
-@pytest.mark.parametrize("shared", [True, False])
-def test_a_multi_process_start_is_refused_before_any_work(tmp_path, shared: bool) -> None:
-    """The loop does not yet run on several processes (issue 22): one line at once, not a failure after a step;
-    JAX is never asked to wait for the peer (no coordinator listens on the port). Before that, a local run
-    directory not declared shared (SPADE_SHARED_RUN_DIR, set by launch.local and launch.slurm) is refused."""
+def test_a_multi_process_job_without_a_shared_run_dir_is_refused_before_any_work(tmp_path) -> None:
+    """A local run directory not declared shared (SPADE_SHARED_RUN_DIR, set by launch.local and launch.slurm) is
+    refused in one line at once; JAX is never asked to wait for the peer (no coordinator listens on the port)."""
     env = {"SPADE_COORDINATOR": "127.0.0.1:9", "SPADE_NUM_PROCESSES": "2", "SPADE_PROCESS_ID": "1"}
     base = {k: v for k, v in os.environ.items() if k != "SPADE_SHARED_RUN_DIR"}
     proc = subprocess.run(
         [sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(tmp_path / "r")],
-        capture_output=True, text=True, timeout=120,
-        env={**base, **env, **({"SPADE_SHARED_RUN_DIR": "1"} if shared else {})},
+        capture_output=True, text=True, timeout=120, env={**base, **env},
     )  # fmt: skip
     assert proc.returncode == 2
     lines = proc.stderr.strip().splitlines()
-    want = "does not run on several processes yet (2 were started" if shared else "needs a shared run directory"
-    assert len(lines) == 1 and want in lines[0], proc.stderr
+    assert len(lines) == 1 and "needs a shared run directory" in lines[0], proc.stderr
     assert not (tmp_path / "r").exists()
 
 

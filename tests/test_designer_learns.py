@@ -170,7 +170,8 @@ def selfplay_run(model, tokenizer, sampler, pool, *, seed: int, lr: float, steps
     learner = Learner(model, learner_cfg)
     parts = SimpleNamespace(cfg=SimpleNamespace(loop=LoopConfig(role_norm="none"), learner=learner_cfg,
                                                 max_total_len=MAX_TOTAL_LEN),
-                            tokenizer=tokenizer, learner=learner, sampler=sampler)  # fmt: skip
+                            tokenizer=tokenizer, learner=learner, sampler=sampler,
+                            sync_sampler=lambda: sampler.update_model(learner.model))  # fmt: skip
     prompt = _designer_prompt(sp)
     out: dict = {"hard": [], "easy": [], "valid": [], "reward_easy": [], "reward_hard": [], "logp": [], "trained": []}
     try:

@@ -63,6 +63,14 @@ def _worker() -> None:
         ".".join(map(str, p)): np.asarray(v[...].addressable_data(0)).tolist() for p, v in nnx.to_flat_state(stats)
     }
     sample = learner.model.layers[0].attn.q_proj.kernel[...]
+
+    from spade_jax.hosts import Hosts
+    from spade_jax.model.sharding import local_replica
+
+    hosts = Hosts.current()  # each process maps its block of 5 items; both get all 5 back, in order
+    mapped = hosts.map(list(range(5)), lambda block: [[x, jax.process_index(), "x" * 1000 * x] for x in block])
+    replica = local_replica(learner.model, make_mesh({"data": -1}, devices=jax.local_devices()))
+    whole = np.asarray(replica.layers[0].attn.q_proj.kernel[...])  # the sampler's copy: whole on this process
     out = {
         "process_index": jax.process_index(),
         "process_count": jax.process_count(),
@@ -73,6 +81,9 @@ def _worker() -> None:
         "loss": [m["loss"] for m in metrics],
         "grad_norm": [m["grad_norm"] for m in metrics],
         "checksums": checksums,
+        "mapped": [[x, p, len(pad)] for x, p, pad in mapped],
+        "replica_checksum": [float(whole.sum()), float((whole * whole).sum())],
+        "q_proj_checksum": checksums["layers.0.attn.q_proj.kernel"][:2],
     }
     print("RESULTS " + json.dumps(out), flush=True)
 
@@ -155,6 +166,16 @@ def test_sharded_step_matches_single_process(runs) -> None:
         for name, got in r["checksums"].items():
             assert got == pytest.approx(single["checksums"][name], rel=1e-5, abs=1e-5), name
     assert multi[0]["loss"][0] != multi[0]["loss"][1]  # the first step changed the parameters
+
+
+@pytest.mark.slow
+def test_hosts_divide_a_list_and_every_process_gets_all_results(runs) -> None:
+    multi, single = runs
+    want = [[0, 0, 0], [1, 0, 1000], [2, 1, 2000], [3, 1, 3000], [4, 1, 4000]]  # blocks [0, 2) and [2, 5)
+    assert [r["mapped"] for r in multi] == [want, want]
+    assert single["mapped"] == [[x, 0, 1000 * x] for x in range(5)]
+    for r in multi:  # the sampler's replica holds the learner's sharded parameters whole
+        assert r["replica_checksum"] == pytest.approx(r["q_proj_checksum"], rel=1e-5)
 
 
 def test_process_info_from_env() -> None:

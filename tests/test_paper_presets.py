@@ -56,11 +56,12 @@ def test_paper_preset_signal_paths_run(preset, tiny, pool, tmp_path):
     gates = dataclasses.replace(sp_cfg.gates, max_turns=sp_cfg.rollout.max_turns, seed_key="paper-presets-test")
     sp = SelfPlay(sp_cfg, sampler=designer, tokenizer=tokenizer, pool=pool, run_dir=tmp_path, corpus=None,
                   agent_policy=ScriptedPolicy(_player), gate_config=gates)  # fmt: skip
-    sp.hint_writer.write = lambda items, seed=0: [  # the model's hint, without the model
+    sp.hint_writer.write = lambda items, seed=0, hosts=None: [  # the model's hint, without the model
         SimpleNamespace(hint="Use every answer to halve what is still possible.", ok=True) for _ in items
     ]
     learner = Learner(model, dataclasses.replace(cfg.learner, lr=1e-3))
-    parts = SimpleNamespace(cfg=cfg, tokenizer=tokenizer, learner=learner, sampler=designer)
+    parts = SimpleNamespace(cfg=cfg, tokenizer=tokenizer, learner=learner, sampler=designer,
+                            sync_sampler=lambda: designer.update_model(learner.model))  # fmt: skip
     try:
         first = sp.step(0)
         stats0 = train_on(parts, first)

@@ -56,7 +56,7 @@ class _RecordingLearner:
 
 def _parts(cfg: RunConfig, learner) -> SimpleNamespace:
     return SimpleNamespace(cfg=cfg, learner=learner, tokenizer=SimpleNamespace(pad_id=0),
-                           sampler=SimpleNamespace(update_model=lambda model: None))  # fmt: skip
+                           sync_sampler=lambda: None)  # fmt: skip
 
 
 def test_train_on_takes_a_sample_past_16k_tokens(monkeypatch):

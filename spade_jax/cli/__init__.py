@@ -69,7 +69,9 @@ def main(argv: list[str] | None = None) -> int:
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # no second error at interpreter exit
             return 128 + signal.SIGPIPE
         except (FileNotFoundError, ValueError) as e:
-            # Bad input gets one clear line, not a traceback.
+            # Bad input gets one clear line, not a traceback (SPADE_JAX_TRACEBACK=1: the whole traceback).
+            if os.environ.get("SPADE_JAX_TRACEBACK") == "1":
+                raise
             print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
             return 2
 

@@ -47,20 +47,16 @@ def _prepare(args: argparse.Namespace):
         overrides.append(f"selfplay.corpus.paths={args.corpus}")
     cfg = load_run_config(args.preset, overrides, config_file=args.config)
     where = args.run_dir or f"runs/{args.preset}"
-    _refuse(where, process_info_from_env().num_processes)  # before JAX waits for peers
+    _shared_run_dir(where, process_info_from_env().num_processes)  # before JAX waits for peers
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     compile_cache()
-    _refuse(where, initialize().num_processes)  # Cloud TPU pods: known only once JAX has found the slice
-    run_dir = open_run_dir(where)  # a gs:// one: its staging copy filled from the bucket
+    info = initialize()
+    _shared_run_dir(where, info.num_processes)  # Cloud TPU pods: known only once JAX has found the slice
+    run_dir = open_run_dir(where, host=info.process_id)  # a gs:// one: its staging copy filled from the bucket
     if args.resume and args.config is None and (run_dir.path / "config.json").exists():
         # A resumed run keeps the configuration it was started with (plus any new overrides).
         cfg = load_run_config(args.preset, overrides, config_file=run_dir.path / "config.json")
     return cfg, run_dir
-
-
-def _refuse(run_dir: str, n: int) -> None:
-    _shared_run_dir(run_dir, n)
-    _one_process(n)
 
 
 def _shared_run_dir(run_dir: str, n: int) -> None:
@@ -75,14 +71,6 @@ def _shared_run_dir(run_dir: str, n: int) -> None:
             f"a job of {n} processes needs a shared run directory, and {run_dir} is local to each host: "
             "pass --run-dir gs://bucket/path (SPADE_SHARED_RUN_DIR=1: a shared file system)"
         )
-
-
-def _one_process(n: int) -> None:
-    """The self-play loop runs on one process for now (issue 22): with several, each would run the whole
-    cycle and the first checkpoint would fail; say so before any work instead."""
-    if n > 1:
-        raise ValueError(f"the self-play loop does not run on several processes yet ({n} were started; "
-                         "docs/scaling.md, Multi-host jobs): start one process per run")  # fmt: skip
 
 
 def compile_cache() -> str:
@@ -116,6 +104,8 @@ def _selfplay(args: argparse.Namespace) -> int:
 
     cfg, run_dir = _prepare(args)
     summary = run(cfg, run_dir, resume=args.resume)
+    if not run_dir.writer:  # another host than the leader of a multi-host job: the leader reports
+        return 0
     _print_summary(summary)
     print(f"report: {summary['report']}\ntensorboard: tensorboard --logdir {summary['tensorboard']}\n"
           f"checkpoints: {summary['checkpoints']}")  # fmt: skip
@@ -128,6 +118,8 @@ def _warmstart(args: argparse.Namespace) -> int:
     cfg, run_dir = _prepare(args)
     cfg = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, warmstart=True, steps=0))
     summary = run(cfg, run_dir, resume=args.resume)
+    if not run_dir.writer:
+        return 0
     _print_summary(summary)
     print(f"warm-started checkpoint in {summary['checkpoints']}; continue with: "
           f"spade-jax selfplay --run-dir {run_dir} --resume loop.steps=N")  # fmt: skip

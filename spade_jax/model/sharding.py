@@ -266,3 +266,25 @@ def sharded_forward(
             return compiled[(b, t)](state, tokens, jnp.asarray(positions, jnp.int32))
 
     return forward
+
+
+def local_replica(model: nnx.Module, mesh: Mesh) -> nnx.Module:
+    """A copy of `model` whose arrays are whole on every device of `mesh` (this process's devices): what one host
+    of a multi-host job samples from, with no collective per decode step. Parameters sharded across processes
+    are gathered (a collective: every process calls this together); fully replicated ones are copied from this
+    process's own shard."""
+    from jax.experimental import multihost_utils
+
+    graphdef, state = nnx.split(model)
+    whole = NamedSharding(mesh, PartitionSpec())
+
+    def copy(x: Any) -> Any:
+        if not isinstance(x, jax.Array):
+            return x
+        if x.is_fully_addressable or x.is_fully_replicated:
+            value = x.addressable_data(0) if x.is_fully_replicated else x
+        else:
+            value = multihost_utils.process_allgather(x, tiled=True)
+        return jax.device_put(value, whole)
+
+    return nnx.merge(graphdef, jax.tree.map(copy, state))

@@ -152,7 +152,9 @@ class Learner:
     def _to_mesh(self, tree: Any) -> Any:
         replicated = NamedSharding(self.mesh, P())
 
-        return jax.tree.map(lambda x: x if _on_mesh(x, self.mesh) else jax.device_put(x, replicated), tree)
+        # Through the host: a device array of this process put on a mesh spanning several processes is malformed
+        # (its one local device counted twice), a host value is put as every process's copy of the same value.
+        return jax.tree.map(lambda x: x if _on_mesh(x, self.mesh) else jax.device_put(np.asarray(x), replicated), tree)
 
     def _context(self) -> contextlib.AbstractContextManager:
         """The mesh and sharding rules the model's activation constraints read while tracing and running."""

@@ -25,6 +25,7 @@ from spade_jax import streams
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
 from spade_jax.envs.gates import GateConfig
 from spade_jax.envs.source import EnvSource
+from spade_jax.hosts import Hosts
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.selfplay.audit import Auditor, AuditResult
 from spade_jax.selfplay.batch import SelfPlayBatch
@@ -101,29 +102,34 @@ class SelfPlay:
         agent_policy: Policy | None = None,
         gate_config: GateConfig | None = None,
         library: Sequence | None = None,
+        hosts: Hosts = Hosts(),
     ):
         config = config.seeded(config.seed)  # the memory and corpus streams follow the run seed
         self.config, self.sampler, self.tokenizer, self.pool = config, sampler, tokenizer, pool
-        path = Path(run_dir) / "memory.sqlite" if run_dir is not None else ":memory:"
-        self.memory = memory or Memory(path, config.memory)
+        self.hosts = hosts
+        writer = run_dir is not None and hosts.is_leader  # the other hosts keep their copy in RAM
+        self.memory = memory or Memory(Path(run_dir) / "memory.sqlite" if writer else ":memory:", config.memory)
         if config.memory.seed_from_library:  # `library`: the seeds to archive (None: all; held-out ones left out)
             self.memory.seed_from_library(library)
+        if hosts.count > 1:  # every host starts from the leader's rows, so every later write is the same
+            rows = hosts.gather(self.memory.dump() if hosts.is_leader else None)[0]
+            if not hosts.is_leader:
+                self.memory.load(rows)
         if corpus is None and config.designer.use_corpus:
             corpus = Corpus(config.corpus, tokenizer)
         self.corpus = corpus
         context = getattr(sampler, "max_total_len", None)
-        self.gate_config = gate_config or replace(
-            config.gates, max_turns=config.rollout.max_turns, seed_key=gate_key(run_dir)
-        )
+        key = hosts.gather(gate_key(run_dir) if hosts.is_leader else None)[0]  # made by the leader only
+        self.gate_config = gate_config or replace(config.gates, max_turns=config.rollout.max_turns, seed_key=key)
         self.designer = Designer(
             sampler, tokenizer, pool, self.memory, config.designer, corpus=corpus, gate_config=self.gate_config,
             exemplars=(config.memory.n_positive, config.memory.n_negative),
-            exemplar_max_chars=config.memory.exemplar_max_chars, seed=config.seed,
+            exemplar_max_chars=config.memory.exemplar_max_chars, seed=config.seed, hosts=hosts,
         )  # fmt: skip
         self.hint_writer = HintWriter(sampler, tokenizer, config.hints, context_len=context or 4096)
         self.policy = agent_policy or ModelPolicy(
             sampler, tokenizer, temperature=config.rollout.temperature, top_p=config.rollout.top_p,
-            top_k=config.rollout.top_k, seed=config.seed,
+            top_k=config.rollout.top_k, seed=hosts.seed(config.seed),
         )  # fmt: skip
         self.engine = RolloutEngine(
             pool, self.policy, tokenizer, config.rollout, max_context=context, hint_template=config.hints.template
@@ -201,7 +207,7 @@ class SelfPlay:
                 need_model.append(env)
         if need_model:
             seed = streams.derive(self.config.seed, "hints", step)
-            written = self.hint_writer.write([(e.source, e.kind) for e in need_model], seed=seed)
+            written = self.hint_writer.write([(e.source, e.kind) for e in need_model], seed=seed, hosts=self.hosts)
             for env, res in zip(need_model, written):
                 env.hint = res.hint  # None (empty / cut / error): its hinted plays are discarded ("hint_failed")
 
@@ -217,7 +223,14 @@ class SelfPlay:
                 for i in range(k):
                     seed = streams.episode_seed(self.config.seed, env.env_id, step, i)
                     specs.append(EpisodeSpec(env.env_id, env.source, seed, cond, env.hint, env.env_hint, env.kind))
-        return self.engine.run(specs)
+        return self.run(specs)
+
+    def run(self, specs: Sequence[EpisodeSpec]) -> RolloutResult:
+        """Plays `specs`, each host its block in its own sandboxes; every host gets every episode, in order."""
+        if self.hosts.count == 1:
+            return self.engine.run(specs)
+        block = [specs[i] for i in self.hosts.block(len(specs))]
+        return RolloutResult.merge(self.hosts.gather(self.engine.run(block) if block else RolloutResult([])))
 
     def evaluate(self, envs: Sequence[EnvSource], step: int, plays: int) -> dict[str, list[bool]]:
         """Unhinted plays of environments kept out of training (held-out seeds, evaluation sets): each one's
@@ -228,7 +241,7 @@ class SelfPlay:
             for k in range(plays):
                 seed = streams.derive(run_seed, "heldout", e.name, step, k)
                 specs.append(EpisodeSpec(f"heldout-{e.name}", e.source, seed, NO_HINT, kind=e.kind))
-        won = {(ep.env_id, ep.spec.seed): bool(ep.won) for ep in self.engine.run(specs).episodes} if specs else {}
+        won = {(ep.env_id, ep.spec.seed): bool(ep.won) for ep in self.run(specs).episodes} if specs else {}
         out: dict[str, list[bool]] = {e.name: [] for e in envs}
         for spec in specs:  # in play order
             out[spec.env_id.removeprefix("heldout-")].append(won.get((spec.env_id, spec.seed), False))
@@ -313,7 +326,9 @@ class SelfPlay:
             return {}
         n, run_seed = self.config.plays_per_condition, self.config.seed
         seeds = {e.env_id: [streams.episode_seed(run_seed, e.env_id, step, k) for k in range(n)] for e in envs}
-        return self.auditor.run([(e.env_id, e.source, seeds[e.env_id], e.env_hint and hinted) for e in envs])
+        items = [(e.env_id, e.source, seeds[e.env_id], e.env_hint and hinted) for e in envs]
+        results = self.hosts.map(items, lambda block: list(self.auditor.run(block).values()))  # each host its block
+        return {r.env_id: r for r in results}
 
     def _record(self, rnd: Round, result: RolloutResult, step: int,
                 audits: dict[str, AuditResult]) -> tuple[set[str], set[str]]:  # fmt: skip
@@ -466,6 +481,7 @@ class SelfPlay:
             "design_rounds": self.design_rounds,
             "designer_calls": self.designer.calls,
             "policy_calls": getattr(self.policy, "calls", 0),
+            "policy_calls_by_host": self.hosts.gather(getattr(self.policy, "calls", 0)),  # each host plays its own
         }
 
     def set_state(self, state: dict) -> None:
@@ -481,7 +497,9 @@ class SelfPlay:
         self.design_rounds = int(state.get("design_rounds", 0))
         self.designer.calls = int(state.get("designer_calls", 0))
         if hasattr(self.policy, "calls"):
-            self.policy.calls = int(state.get("policy_calls", 0))
+            by_host = state.get("policy_calls_by_host") or []
+            same = len(by_host) == self.hosts.count  # resumed on another number of hosts: the leader's count
+            self.policy.calls = int(by_host[self.hosts.index] if same else state.get("policy_calls", 0))
 
     def close(self) -> None:
         self.engine.close()

@@ -23,6 +23,7 @@ from spade_jax import streams
 from spade_jax.envs.contract import contract_text
 from spade_jax.envs.formats import source_contract
 from spade_jax.envs.gates import GateConfig, Verdict, validate
+from spade_jax.hosts import Hosts
 from spade_jax.interfaces import EnvPool, GroundingCorpus, SamplerLike, TokenizerLike
 from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
@@ -287,8 +288,10 @@ class Designer:
         exemplar_max_chars: int = 4000,
         threads: int = 1,
         seed: int = 0,
+        hosts: Hosts = Hosts(),
     ):
         self.sampler, self.tokenizer, self.pool, self.memory = sampler, tokenizer, pool, memory
+        self.hosts = hosts  # several: each host generates and gates its block of an attempt's prompts
         self.config, self.corpus, self.gate_config = config, corpus, gate_config
         self.exemplars, self.exemplar_max_chars = exemplars, exemplar_max_chars
         self.threads, self.seed = threads, seed
@@ -373,7 +376,19 @@ class Designer:
         return PromptParts(target, doc, list(pos), list(neg), self.exemplar_max_chars)
 
     # --------------------------------------------------------------------------------------- design
-    def _generate(self, prompts: list[list[int]]) -> list[Any]:
+    def _attempt(self, prompts: list[list[int]]) -> list[tuple[Any, Verdict]]:
+        """One completion per prompt and its verdict, in order: each host generates and gates its block (in its
+        own sandboxes) and every host gets them all. One sampler call per host and attempt."""
+        seed = streams.derive(self.seed, "designer", self.calls)
+        self.calls += 1
+
+        def mine(block: list[list[int]]) -> list[tuple[Any, Verdict]]:
+            completions = self._generate(block, self.hosts.seed(seed))
+            return list(zip(completions, self._validate([c.text for c in completions])))
+
+        return self.hosts.map(prompts, mine)
+
+    def _generate(self, prompts: list[list[int]], seed: int) -> list[Any]:
         from spade_jax.sampling import SamplingParams
 
         params = SamplingParams(
@@ -382,9 +397,8 @@ class Designer:
             top_p=self.config.top_p,
             top_k=self.config.top_k,
             stop_token_ids=tuple(getattr(self.tokenizer, "eos_ids", ()) or ()),
-            seed=streams.derive(self.seed, "designer", self.calls),
+            seed=seed,
         )
-        self.calls += 1
         return self.sampler.generate(prompts, params)
 
     def _validate(self, texts: list[str]) -> list[Verdict]:
@@ -424,9 +438,8 @@ class Designer:
         for attempt in range(self.config.max_attempts):
             if not pending:
                 break
-            completions = self._generate([prompts[i] for i in pending])
-            verdicts = self._validate([c.text for c in completions])
-            for i, comp, verdict in zip(pending, completions, verdicts):
+            outcomes = self._attempt([prompts[i] for i in pending])
+            for i, (comp, verdict) in zip(pending, outcomes):
                 res = results[i]
                 parent = res.attempts[-1].record_id if (res.attempts and repair) else None
                 verdict = self._recheck_novelty(verdict)

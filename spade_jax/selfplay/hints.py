@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from spade_jax.hosts import Hosts
 from spade_jax.interfaces import SamplerLike, TokenizerLike
 from spade_jax.selfplay.config import HintConfig
 
@@ -149,10 +150,15 @@ class HintWriter:
             text = text[: int(len(text) * budget / len(ids) * 0.9)]  # keep the head (setup, rules) of the code
         return ids[-budget:]
 
-    def write(self, items: Sequence[tuple[str, str]], *, seed: int = 0) -> list[HintResult]:
-        """Hints for (source, kind) items in ONE sampler call, in order; never raises (see the module doc)."""
-        if not items:
-            return []
+    def write(self, items: Sequence[tuple[str, str]], *, seed: int = 0, hosts: Hosts = Hosts()) -> list[HintResult]:
+        """Hints for (source, kind) items in ONE sampler call per host (each host writes its block, every host
+        gets them all), in order; never raises (see the module doc)."""
+        results = hosts.map(items, lambda block: self._write(block, hosts.seed(seed)))
+        self.counts.update(r.reason for r in results)
+        return results
+
+    def _write(self, items: Sequence[tuple[str, str]], seed: int) -> list[HintResult]:
+        """`write` on this host's items."""
         try:
             completions = self._generate(items, seed)
             if len(completions) != len(items):
@@ -163,7 +169,6 @@ class HintWriter:
         except Exception as e:  # a failed call costs the hints (no regret measured), never the run
             log.warning("hint writing failed for %d environments: %s", len(items), e)
             results = [HintResult(None, "error") for _ in items]
-        self.counts.update(r.reason for r in results)
         return results
 
     def _opens_think(self, prompt_ids: Sequence[int]) -> bool:

@@ -392,6 +392,16 @@ class Memory:
             rows = self._db.execute(f"SELECT rowid, {', '.join(_FIELDS)} FROM envs ORDER BY rowid ASC").fetchall()
         return [{"rowid": r["rowid"], **{k: r[k] for k in _FIELDS}} for r in rows]
 
+    def load(self, rows: list[dict]) -> None:
+        """Makes this memory hold exactly `rows` (as `dump` gave them, rowids kept): how the other hosts of a
+        multi-host job start from the leader's memory, so that every later write is the same everywhere."""
+        with self._lock, self._db:
+            self._db.execute("DELETE FROM envs")
+            _insert_rows(self._db, rows)
+        self.novelty = self._novelty_index()
+        for rec in self.archive():
+            self.novelty.add(rec.id, rec.code)
+
     def close(self) -> None:
         with self._lock:
             self._db.close()
@@ -439,6 +449,15 @@ def damage(path: str | Path) -> str | None:
     return None
 
 
+def _insert_rows(db: sqlite3.Connection, rows: list[dict]) -> None:
+    """Inserts `Memory.dump` rows, rowids kept."""
+    names = ["rowid", *_FIELDS]
+    db.executemany(
+        f"INSERT INTO envs ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
+        [[row.get(k) for k in names] for row in rows],
+    )
+
+
 def rebuild(path: str | Path, rows: list[dict]) -> None:
     """Writes a memory file holding exactly `rows` (as `Memory.dump` gave them, rowids kept) at `path`. Written
     to a temporary file and renamed into place, so a crash here leaves whatever was at `path` before."""
@@ -450,11 +469,7 @@ def rebuild(path: str | Path, rows: list[dict]) -> None:
         with db:
             db.execute(f"CREATE TABLE envs ({_COLUMNS})")
             db.execute("CREATE INDEX envs_status ON envs(status)")
-            names = ["rowid", *_FIELDS]
-            db.executemany(
-                f"INSERT INTO envs ({', '.join(names)}) VALUES ({', '.join('?' * len(names))})",
-                [[row.get(k) for k in names] for row in rows],
-            )
+            _insert_rows(db, rows)
     finally:
         db.close()
     tmp.replace(path)

@@ -159,6 +159,22 @@ class RolloutResult:
     pool_s: float = 0.0
     turns: int = 0
     failures: Counter = field(default_factory=Counter)
+    by_host: list[tuple[int, float]] = field(default_factory=list)  # (episodes, wall_s) per host, when several
+
+    @classmethod
+    def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
+        """The hosts' results of one divided rollout as one, episodes in host order (the order of the specs):
+        the wall time is the slowest host's, the policy and pool times the hosts' mean."""
+        n = max(len(parts), 1)
+        return cls(
+            episodes=[e for p in parts for e in p.episodes],
+            wall_s=max((p.wall_s for p in parts), default=0.0),
+            policy_s=sum(p.policy_s for p in parts) / n,
+            pool_s=sum(p.pool_s for p in parts) / n,
+            turns=sum(p.turns for p in parts),
+            failures=sum((p.failures for p in parts), Counter()),
+            by_host=[(len(p.episodes), p.wall_s) for p in parts],
+        )
 
     @property
     def kept(self) -> list[Episode]:
@@ -185,6 +201,10 @@ class RolloutResult:
             out["format_errors_mean"] = sum(e.format_errors for e in kept) / len(kept)
         for reason, n in Counter(e.end_reason for e in self.episodes).items():
             out[f"end_{reason}"] = float(n)
+        if len(self.by_host) > 1:  # the load of a divided rollout: the busiest and the idlest host
+            eps, wall = [n for n, _ in self.by_host], [w for _, w in self.by_host]
+            out.update(host_episodes_max=float(max(eps)), host_episodes_min=float(min(eps)),
+                       host_wall_s_max=max(wall), host_wall_s_min=min(wall))  # fmt: skip
         return out
 
     def hint_stats(self) -> dict[str, float]:
