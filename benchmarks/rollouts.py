@@ -1,5 +1,5 @@
 """Agent rollout throughput on a seed environment: episodes/s, and the share of wall time spent waiting on the
-host pool vs. on the sampler.
+host pool vs. on the sampler; for the model, the slot utilisation (tokens returned / decode slot-steps computed).
 
 Two runs on the same episodes: (1) a scripted policy (no model: the pool and the engine alone), (2) the model
 (SmolLM2-135M by default) as the agent. Usage:
@@ -81,7 +81,12 @@ def main(argv: list[str] | None = None) -> int:
         engine.run(specs)  # the same episodes once, so the measured run reuses the compiled programs
         console.print(f"warm-up run {time.perf_counter() - t:.1f} s ({sampler.compile_count} programs compiled)")
         compiled = sampler.compile_seconds
+        slots0, tokens0 = sampler.slot_steps, sampler.tokens_generated
         res = engine.run(specs)
+        slots, tokens = sampler.slot_steps - slots0, sampler.tokens_generated - tokens0
+        console.print(f"slot utilisation of the per-turn engine: {tokens / max(slots, 1):.0%} "
+                      f"({tokens} tokens returned of {slots} slot-steps computed; the rest is padding rows and "
+                      "rows waiting for the call's longest reply)")  # fmt: skip
         engine.close()
         compile_s = sampler.compile_seconds - compiled
         if compile_s > 0:

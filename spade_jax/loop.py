@@ -99,6 +99,11 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     return summary
 
 
+def _decode_counts(sampler: Any) -> tuple[int, int]:
+    """(slot-steps computed, tokens generated) so far by the sampler (zeros for one that does not count)."""
+    return getattr(sampler, "slot_steps", 0), getattr(sampler, "tokens_generated", 0)
+
+
 def _quiet() -> Any:
     """A console that shows nothing: the progress of the hosts other than the leader."""
     import os
@@ -156,8 +161,12 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     cfg = parts.cfg
     row: dict[str, float] = {}
     t0 = time.perf_counter()
+    counts = _decode_counts(parts.sampler)
     with progress.phase(f"step {step + 1}: design, hints and play"):
         batch = play_step(parts, step)
+    slots, tokens = (now - then for now, then in zip(_decode_counts(parts.sampler), counts))
+    if slots:  # the share of the decode work computed that became tokens (this host's sampler)
+        row["perf/slot_utilisation"] = tokens / slots
     row.update(batch.stats)
     row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
     row["time/selfplay"] = time.perf_counter() - t0

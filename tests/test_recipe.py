@@ -146,7 +146,7 @@ def test_roles_render_thinking_and_pass_top_k(qwen_tok):
                                    tokenizer=qwen_tok, sampler=rec, max_new_tokens=32, seed=0, calls=0)  # fmt: skip
         ids = Designer.encode(designer, [{"role": "user", "content": "design"}])
         assert qwen_tok.decode(ids).endswith(EMPTY_THINK) is not thinking
-        Designer._generate(designer, [ids])
+        Designer._generate(designer, [ids], 0)
         assert rec.calls[-1][1].top_k == 20
 
 

@@ -328,3 +328,16 @@ def test_a_prefix_is_shared_only_where_it_spares_enough_tokens(setup):
     below.generate(prompts, params)
     at.generate(prompts, params)
     assert below.prefix_tokens_reused == 0 and at.prefix_tokens_reused == spared
+
+
+def test_slot_steps_count_every_row_computed_and_tokens_only_those_returned(setup):
+    """Slot utilisation = tokens returned / (decode steps x batch rows): padding rows of the batch bucket and
+    rows that finished early cost slot-steps but return nothing (the per-turn barrier's waste)."""
+    _, tok, sampler = setup
+    rows = min(b for b in sampler.batch_buckets if b >= 3)  # 3 prompts padded to the bucket's rows
+    slots0, tokens0 = sampler.slot_steps, sampler.tokens_generated
+    out = sampler.generate(["one", "two words", "three words here"], SamplingParams(max_new_tokens=20, greedy=True,
+                                                                                  ignore_eos=True))  # fmt: skip
+    assert [len(c.token_ids) for c in out] == [20, 20, 20]
+    assert sampler.tokens_generated - tokens0 == 60
+    assert sampler.slot_steps - slots0 == rows * 20  # 20 steps (chunks of 8, 8, 4) for every row of the bucket

@@ -115,6 +115,8 @@ class Sampler:
         self.prefix_cache = int(prefix_cache)
         self._prefixes: collections.OrderedDict[tuple[int, ...], KVCache] = collections.OrderedDict()
         self.prefix_tokens_reused = 0  # prompt tokens not prefilled thanks to a shared prefix (all calls)
+        self.slot_steps = 0  # decode steps times batch rows computed (padding and finished rows included)
+        self.tokens_generated = 0  # tokens returned: slot utilisation = tokens_generated / slot_steps
         self._programs: dict[tuple, Any] = {}
         self.compile_count = 0
         self.compile_seconds = 0.0
@@ -358,6 +360,7 @@ class Sampler:
                 cache = self._grow(cache, min(s_final, bk.pick(self.cache_buckets, 2 * cache.length)))
             n_steps = min(self.chunk_steps, cache.length - p - step, need - step)
             cache, state, t, lp, raw = self._decode(cache, state, consts, n_steps, mode)
+            self.slot_steps += b * n_steps
             t, lp, raw, gen, done = jax.device_get((t, lp, raw, state.generated, state.done))
             step = int(jax.device_get(state.step))
             for i in range(n):
@@ -379,6 +382,7 @@ class Sampler:
             if (host_done & ~np.asarray(done)).any():  # rows the host stopped: mark them done on device too
                 state = state.replace(done=self._put(host_done, ("batch",)))
         finish = np.asarray(jax.device_get(state.finish))
+        self.tokens_generated += sum(len(t) for t in toks[:n])
         out = [self._completion(rows[i], toks[i], lps[i], raws[i], int(finish[i]), params) for i in range(n)]
         for c, d in zip(out, dropped):
             if d:
