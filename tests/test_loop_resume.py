@@ -6,7 +6,6 @@ really trains (the metrics then depend on the params, the optimizer state and ev
 
 from __future__ import annotations
 
-import json
 import os
 import signal
 import subprocess
@@ -16,36 +15,14 @@ from pathlib import Path
 
 import pytest
 from players import COIN_ENV
+from run_metrics import assert_same_metrics, metrics, pool_overrides, rows
 
 pytestmark = pytest.mark.slow
 
 
-VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s")
-
-
 def _cmd(run_dir: Path | str, pool_dir: Path, *extra: str) -> list[str]:
-    return [
-        sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(run_dir), *extra,
-        f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_every=0", "loop.pool_envs_per_step=1",
-        "selfplay.plays_per_condition=3", "learner.lr=3e-3",
-    ]  # fmt: skip
-
-
-def _metrics(run_dir: Path) -> list[dict]:
-    return _rows((run_dir / "metrics.jsonl").read_text())
-
-
-def _rows(text: str) -> list[dict]:
-    rows = [json.loads(line) for line in text.splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
-
-
-def _assert_same_metrics(reference: list[dict], resumed: list[dict]) -> None:
-    assert [r["step"] for r in resumed] == [1, 2, 3]
-    for want, got in zip(reference, resumed):
-        assert got.keys() == want.keys()
-        for key in want:
-            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), f"step {want['step']}: {key}"
+    return [sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(run_dir), *extra,
+            *pool_overrides(pool_dir)]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +45,7 @@ def clean_run(tmp_path_factory, pool_dir: Path) -> Path:
 def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path, clean_run: Path) -> None:
     crashed = tmp_path / "crashed"
     env = ENV
-    reference = _metrics(clean_run)
+    reference = metrics(clean_run)
     assert [r["step"] for r in reference] == [1, 2, 3]
     assert all(r["train/skipped"] == 0.0 for r in reference), "every step should train (reward varies)"
 
@@ -81,10 +58,10 @@ def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path, clean
     assert proc.poll() is None, "the run ended before it could be killed"
     os.killpg(proc.pid, signal.SIGKILL)  # the run and its sandbox workers, mid step 2
     proc.wait()
-    assert len(_metrics(crashed)) < 3
+    assert len(metrics(crashed)) < 3
 
     subprocess.run(_cmd(crashed, pool_dir, "--resume"), check=True, env=env, timeout=900, capture_output=True)
-    _assert_same_metrics(reference, _metrics(crashed))
+    assert_same_metrics(reference, metrics(crashed))
     assert (crashed / "report.html").exists()
 
 
@@ -125,7 +102,7 @@ def test_a_gs_run_dir_is_killed_and_resumed_from_the_bucket(tmp_path: Path, pool
         assert "restoring checkpoint" in done.stderr and "step 1:" not in done.stderr, done.stderr[-2000:]
         assert "damaged" not in done.stderr, done.stderr[-2000:]  # memory.sqlite came back from the bucket
         fs.invalidate_cache()
-        _assert_same_metrics(_metrics(clean_run), _rows(fs.cat_file(f"{url}/metrics.jsonl").decode()))
+        assert_same_metrics(metrics(clean_run), rows(fs.cat_file(f"{url}/metrics.jsonl").decode()))
         for name in ("report.html", "memory.sqlite", "config.json", "gate_key"):
             assert fs.exists(f"{url}/{name}"), name
         assert fs.ls(f"{url}/tb"), "no TensorBoard events in the bucket"

@@ -22,13 +22,12 @@ from pathlib import Path
 
 import pytest
 from players import COIN_ENV
+from run_metrics import assert_same_metrics, metrics, pool_overrides, rows
 
 pytestmark = pytest.mark.slow
 
 PROCESSES, DEVICES = 2, 2
 ROOT = Path(__file__).resolve().parents[1]
-VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s",
-            "rollout/host_wall_s")  # fmt: skip
 
 
 def _free_port() -> int:
@@ -71,29 +70,11 @@ def _kill(procs: list[subprocess.Popen]) -> None:
             p.wait()
 
 
-def _metrics(run_dir: Path) -> list[dict]:
-    return _rows((run_dir / "metrics.jsonl").read_text())
-
-
-def _rows(text: str) -> list[dict]:
-    rows = [json.loads(line) for line in text.splitlines()]
-    return [{k: v for k, v in r.items() if not k.startswith(VOLATILE)} for r in rows]
-
-
-def _assert_same_metrics(reference: list[dict], resumed: list[dict]) -> None:
-    assert [r["step"] for r in resumed] == [1, 2, 3]
-    for want, got in zip(reference, resumed):
-        assert got.keys() == want.keys()
-        for key in want:
-            assert got[key] == pytest.approx(want[key], rel=1e-6, abs=1e-7), f"step {want['step']}: {key}"
-
-
 @pytest.fixture(scope="module")
 def pool_args(tmp_path_factory) -> list[str]:
     d = tmp_path_factory.mktemp("pool")
     (d / "parity_game.py").write_text(COIN_ENV)
-    return [f"loop.pool={d}", "loop.steps=3", "loop.eval_every=0", "loop.pool_envs_per_step=1",
-            "selfplay.plays_per_condition=3", "learner.lr=3e-3"]  # fmt: skip
+    return pool_overrides(d)
 
 
 @pytest.fixture(scope="module")
@@ -104,13 +85,13 @@ def clean_run(tmp_path_factory, pool_args: list[str]) -> Path:
 
 
 def test_two_processes_divide_the_plays_and_train_together(clean_run: Path) -> None:
-    rows = _metrics(clean_run)
-    assert [r["step"] for r in rows] == [1, 2, 3]
-    trained = [r for r in rows if r["train/skipped"] == 0.0]
+    step_rows = metrics(clean_run)
+    assert [r["step"] for r in step_rows] == [1, 2, 3]
+    trained = [r for r in step_rows if r["train/skipped"] == 0.0]
     assert trained, "the pool's reward varies: some step should train"
     for r in trained:  # the sampler's copy on each process has the learner's weights: the same log-probs
         assert r["train/is_weight_mean"] == pytest.approx(1.0, abs=1e-3)
-    for r in rows:  # 3 plays x 2 conditions, or 3 unhinted: each process played its half
+    for r in step_rows:  # 3 plays x 2 conditions, or 3 unhinted: each process played its half
         lo, hi = r["rollout/host_episodes_min"], r["rollout/host_episodes_max"]
         assert lo >= 1 and hi - lo <= 1 and lo + hi == r["rollout/episodes"]
     assert (clean_run / "report.html").exists() and (clean_run / "memory.sqlite").exists()
@@ -126,10 +107,10 @@ def test_killed_after_two_steps_and_resumed_matches_the_job_never_killed(tmp_pat
         time.sleep(0.2)
     assert all(p.poll() is None for p in procs), "the job ended before it could be killed"
     _kill(procs)  # both processes and their sandbox workers, in step 3
-    assert len(_metrics(crashed)) < 3
+    assert len(metrics(crashed)) < 3
 
     _finish(_start(crashed, *pool_args, "--resume"), crashed)
-    _assert_same_metrics(_metrics(clean_run), _metrics(crashed))
+    assert_same_metrics(metrics(clean_run), metrics(crashed))
 
 
 def test_a_gs_run_dir_of_two_processes_is_killed_and_resumed_from_the_bucket(tmp_path: Path, pool_args: list[str],
@@ -159,7 +140,7 @@ def test_a_gs_run_dir_of_two_processes_is_killed_and_resumed_from_the_bucket(tmp
         env = {**gcs, "SPADE_JAX_STAGING": str(tmp_path / "b")}  # another machine's view: nothing staged
         _finish(_start(url, *pool_args, "--resume", logs=tmp_path / "gs", env=env), tmp_path / "gs")
         fs.invalidate_cache()
-        _assert_same_metrics(_metrics(clean_run), _rows(fs.cat_file(f"{url}/metrics.jsonl").decode()))
+        assert_same_metrics(metrics(clean_run), rows(fs.cat_file(f"{url}/metrics.jsonl").decode()))
         assert fs.exists(f"{url}/report.html") and fs.exists(f"{url}/memory.sqlite")
         assert not fs.exists(f"{url}.host1"), "process 1 pushes nothing"
 
@@ -167,9 +148,9 @@ def test_a_gs_run_dir_of_two_processes_is_killed_and_resumed_from_the_bucket(tmp
 def test_the_designer_cycle_runs_on_two_processes(tmp_path: Path) -> None:
     run_dir = tmp_path / "designed"
     _finish(_start(run_dir, "loop.steps=2", "loop.eval_every=2", "selfplay.envs_per_step=2"), run_dir)
-    rows = _metrics(run_dir)
-    assert [r["step"] for r in rows] == [1, 2]
-    first = rows[0]
+    step_rows = metrics(run_dir)
+    assert [r["step"] for r in step_rows] == [1, 2]
+    first = step_rows[0]
     assert first["design/targets"] == 2 and first["design/attempts"] >= 2  # one design per process
     assert first["rollout/host_episodes_min"] >= 1  # the environments' plays were divided
     raw = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]

@@ -119,8 +119,10 @@ class SelfPlay:
             corpus = Corpus(config.corpus, tokenizer)
         self.corpus = corpus
         context = getattr(sampler, "max_total_len", None)
-        key = hosts.gather(gate_key(run_dir) if hosts.is_leader else None)[0]  # made by the leader only
-        self.gate_config = gate_config or replace(config.gates, max_turns=config.rollout.max_turns, seed_key=key)
+        if gate_config is None:  # the run's key, made by the leader only
+            key = hosts.gather(gate_key(run_dir) if hosts.is_leader else None)[0]
+            gate_config = replace(config.gates, max_turns=config.rollout.max_turns, seed_key=key)
+        self.gate_config = gate_config
         self.designer = Designer(
             sampler, tokenizer, pool, self.memory, config.designer, corpus=corpus, gate_config=self.gate_config,
             exemplars=(config.memory.n_positive, config.memory.n_negative),

@@ -40,20 +40,21 @@ The policy is pluggable (see policies.py): `ModelPolicy` samples from the model;
 from __future__ import annotations
 
 import time
-from collections import Counter
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
 from spade_jax.interfaces import CallOutcome, EnvPool, EnvSessionLike, TokenizerLike
 from spade_jax.selfplay.audit import reward_violation
 from spade_jax.selfplay.config import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
+from spade_jax.selfplay.episodes import HINT, NO_HINT, Episode, EpisodeSpec, RolloutResult
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
 
 __all__ = [
+    "HINT",
+    "NO_HINT",
     "Episode",
     "EpisodeSpec",
     "ModelPolicy",
@@ -66,157 +67,10 @@ __all__ = [
     "episode_outcome",
 ]
 
-HINT, NO_HINT = "hint", "no_hint"
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
 # Stands in for an episode's tool schemas when the template pieces around a message are probed.
 _PIECE_TOOLS = [{"type": "function", "function": {"name": "probe", "description": "Probe.",
                                                   "parameters": {"type": "object", "properties": {}}}}]  # fmt: skip
-
-
-@dataclass(frozen=True)
-class EpisodeSpec:
-    """One episode to play: which environment, which reset seed, and whether the agent gets the hint.
-
-    `hint` is a fixed hint (e.g. written by the model); with `env_hint` the engine asks the environment's own
-    `hint()` after reset (falling back to `hint` when that fails or is empty). A hinted spec left without any
-    hint is discarded with `error="hint_failed"`.
-    """
-
-    env_id: str
-    source: str
-    seed: int
-    condition: str = NO_HINT
-    hint: str | None = None
-    env_hint: bool = False
-    kind: str = "game"
-
-
-@dataclass
-class Episode:
-    """A finished episode. `completion_*` cover everything after the first prompt (agent turns and the
-    observations in between); `completion_mask` is 1 exactly on the agent's own tokens.
-
-    `tools` are the tool schemas the chat template rendered (`tools=`) for a tool episode played in the
-    template's own tool format (tool results are then `role: "tool"` messages); None when the tools were the
-    environment's textual list (or the episode is no tool episode).
-    `rewards` are the step rewards (logging only); `episode_return` / `won` follow `episode_outcome`.
-    `terminated` is True only when the environment ended the episode. Hint fields (hinted episodes only):
-    `hint` is the text the agent saw; `hint_source` "env" or "spec"; `hint_failed` True when there was no
-    usable hint (the episode is then discarded, `error="hint_failed"`); `hint_leaked` True when the sandbox
-    found the answer in the hint; `leak_check` "" (not run), "clean", "leaked" or "failed" (unknown, treated
-    as not leaked). `violation` is '' or how the environment broke its contract during the episode (a reward
-    out of range); the episode then ends with `end_reason="violation"`.
-    """
-
-    spec: EpisodeSpec
-    prompt_ids: list[int] = field(default_factory=list)
-    completion_ids: list[int] = field(default_factory=list)
-    completion_mask: list[int] = field(default_factory=list)
-    logprobs: list[float] = field(default_factory=list)
-    raw_logprobs: list[float] = field(default_factory=list)
-    turn_spans: list[tuple[int, int]] = field(default_factory=list)
-    messages: list[dict] = field(default_factory=list)
-    tools: list[dict] | None = None
-    rewards: list[float] = field(default_factory=list)
-    episode_return: float = 0.0
-    won: bool = False
-    terminated: bool = False
-    end_reason: str = ""
-    discarded: bool = False
-    error: str | None = None
-    format_errors: int = 0
-    hint: str | None = None
-    hint_source: str = ""
-    hint_failed: bool = False
-    hint_leaked: bool = False
-    leak_check: str = ""
-    violation: str = ""
-
-    @property
-    def condition(self) -> str:
-        return self.spec.condition
-
-    @property
-    def env_id(self) -> str:
-        return self.spec.env_id
-
-    @property
-    def turns(self) -> int:
-        return len(self.turn_spans)
-
-    @property
-    def agent_tokens(self) -> int:
-        return int(sum(self.completion_mask))
-
-
-@dataclass
-class RolloutResult:
-    """All episodes (discarded ones included, flagged) plus timing and failure counts."""
-
-    episodes: list[Episode]
-    wall_s: float = 0.0
-    policy_s: float = 0.0
-    pool_s: float = 0.0
-    turns: int = 0
-    failures: Counter = field(default_factory=Counter)
-    by_host: list[tuple[int, float]] = field(default_factory=list)  # (episodes, wall_s) per host, when several
-
-    @classmethod
-    def merge(cls, parts: Sequence[RolloutResult]) -> RolloutResult:
-        """The hosts' results of one divided rollout as one, episodes in host order (the order of the specs):
-        the wall time is the slowest host's, the policy and pool times the hosts' mean."""
-        n = max(len(parts), 1)
-        return cls(
-            episodes=[e for p in parts for e in p.episodes],
-            wall_s=max((p.wall_s for p in parts), default=0.0),
-            policy_s=sum(p.policy_s for p in parts) / n,
-            pool_s=sum(p.pool_s for p in parts) / n,
-            turns=sum(p.turns for p in parts),
-            failures=sum((p.failures for p in parts), Counter()),
-            by_host=[(len(p.episodes), p.wall_s) for p in parts],
-        )
-
-    @property
-    def kept(self) -> list[Episode]:
-        return [e for e in self.episodes if not e.discarded]
-
-    def stats(self) -> dict[str, float]:
-        """Summary for logging."""
-        kept = self.kept
-        out = {
-            "episodes": float(len(self.episodes)),
-            "discarded": float(len(self.episodes) - len(kept)),
-            "wall_s": self.wall_s,
-            "policy_share": self.policy_s / self.wall_s if self.wall_s else 0.0,
-            "pool_share": self.pool_s / self.wall_s if self.wall_s else 0.0,
-            "episodes_per_s": len(self.episodes) / self.wall_s if self.wall_s else 0.0,
-        }
-        for cond in (HINT, NO_HINT):
-            eps = [e for e in kept if e.condition == cond]
-            if eps:
-                out[f"return_{cond}"] = sum(e.episode_return for e in eps) / len(eps)
-                out[f"win_rate_{cond}"] = sum(e.won for e in eps) / len(eps)
-        if kept:
-            out["turns_mean"] = sum(e.turns for e in kept) / len(kept)
-            out["format_errors_mean"] = sum(e.format_errors for e in kept) / len(kept)
-        for reason, n in Counter(e.end_reason for e in self.episodes).items():
-            out[f"end_{reason}"] = float(n)
-        if len(self.by_host) > 1:  # the load of a divided rollout: the busiest and the idlest host
-            eps, wall = [n for n, _ in self.by_host], [w for _, w in self.by_host]
-            out.update(host_episodes_max=float(max(eps)), host_episodes_min=float(min(eps)),
-                       host_wall_s_max=max(wall), host_wall_s_min=min(wall))  # fmt: skip
-        return out
-
-    def hint_stats(self) -> dict[str, float]:
-        """Hint counters over the hinted episodes: `hints/failed` (no usable hint: discarded), `hints/leaked`
-        (the hint contains the answer), `hints/leak_check_failed` (unknown, counted as not leaked)."""
-        hinted = [e for e in self.episodes if e.condition == HINT]
-        return {
-            "hints/episodes": float(len(hinted)),
-            "hints/failed": float(sum(e.hint_failed for e in hinted)),
-            "hints/leaked": float(sum(e.hint_leaked for e in hinted)),
-            "hints/leak_check_failed": float(sum(e.leak_check == "failed" for e in hinted)),
-        }
 
 
 # --------------------------------------------------------------------------------------------- engine
