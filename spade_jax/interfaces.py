@@ -32,9 +32,11 @@ class EnvSessionLike(Protocol):
 
 
 class EnvPool(Protocol):
-    """Sandbox workers that load environment programs (`envs.host_pool.HostPool`)."""
+    """Sandbox workers that load environment programs (`envs.host_pool.HostPool`): `num_workers` sandboxes,
+    `capacity` sessions in flight at most (num_workers x sessions per worker); open() blocks beyond it."""
 
     num_workers: int
+    capacity: int
 
     def open(self, source: str, *, env_kwargs: dict | None = None) -> EnvSessionLike: ...
     def close(self) -> None: ...

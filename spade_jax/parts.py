@@ -62,8 +62,10 @@ def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
     _, model, tokenizer = load_model(cfg.model, mesh=mesh, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
     sampler = _sampler(model, tokenizer, cfg, mesh, hosts)
     limits = dataclasses.asdict(cfg.sandbox_limits)
-    pool = HostPool(cfg.num_workers, SandboxConfig(level=cfg.sandbox, call_timeout_s=cfg.call_timeout_s, **limits))
-    log.info("sandbox level in force: %s (%d workers)", pool.level, cfg.num_workers)
+    sandbox = SandboxConfig(level=cfg.sandbox, call_timeout_s=cfg.call_timeout_s, **limits)
+    pool = HostPool(cfg.num_workers, sandbox, sessions_per_worker=cfg.sessions_per_worker)
+    log.info("sandbox level in force: %s (%d workers x %d sessions)", pool.level, cfg.num_workers,
+             pool.sessions_per_worker)  # fmt: skip
     try:
         return _wire(cfg, run_dir, model, tokenizer, sampler, pool, mesh, hosts)
     except BaseException:  # a bad config, Ctrl-C, SIGTERM: the sandboxes and their temp dirs go either way

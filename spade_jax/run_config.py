@@ -86,6 +86,7 @@ class RunConfig:
     mesh: str = ""  # e.g. "data=2,fsdp=4,tensor=1"; empty: all devices on fsdp
     max_total_len: int = 4096  # sampler context (prompt + completion)
     num_workers: int = 4  # sandboxed environment workers on this host
+    sessions_per_worker: int = 8  # episodes one worker serves at once (each in its own process and uid)
     sandbox: str = "auto"  # auto | gvisor | bwrap | process
     call_timeout_s: float = 5.0
     sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
@@ -99,6 +100,8 @@ class RunConfig:
             raise ValueError(f"sandbox={self.sandbox!r}; expected one of {LEVEL_CHOICES}")
         if self.num_workers < 1:
             raise ValueError(f"num_workers={self.num_workers}; expected >= 1")
+        if self.sessions_per_worker < 1:
+            raise ValueError(f"sessions_per_worker={self.sessions_per_worker}; expected >= 1")
         if not self.call_timeout_s > 0:
             raise ValueError(f"call_timeout_s={self.call_timeout_s}; expected > 0")
 
@@ -345,6 +348,8 @@ def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str 
         raise ConfigError(f"learner: {e}") from None
     if cfg.loop.steps < 0 or cfg.num_workers < 1:
         raise ConfigError("loop.steps must be >= 0 and num_workers >= 1")
+    if cfg.sessions_per_worker < 1:
+        raise ConfigError(f"sessions_per_worker={cfg.sessions_per_worker}; expected >= 1")
     if cfg.selfplay.rollout.tool_format not in TOOL_FORMATS:
         fmt = cfg.selfplay.rollout.tool_format
         raise ConfigError(f"selfplay.rollout.tool_format={fmt!r}; expected one of {TOOL_FORMATS}")

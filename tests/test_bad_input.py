@@ -104,6 +104,7 @@ def test_sample_settings_out_of_range(flag: str, value: str) -> None:
 @pytest.mark.parametrize(
     ("override", "expected"),
     [("num_workers=0", "expected >= 1"), ("call_timeout_s=0", "expected > 0"),
+     ("sessions_per_worker=0", "sessions_per_worker=0; expected >= 1"),
      ("selfplay.audit.random_plays=-1", "expected an int >= 0"),
      ("sandbox_limits.memory_mb=0", "memory_mb=0; expected >= 1")],
 )  # fmt: skip

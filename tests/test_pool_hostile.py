@@ -37,6 +37,7 @@ os.environ["SPADE_HOSTILE_ENV_SECRET"] = ENV_SECRET  # before any sandbox starts
 
 CALL_TIMEOUT = 1.5
 CONFIG = dict(call_timeout_s=CALL_TIMEOUT, load_timeout_s=2.0, memory_mb=128, tmp_mb=32)
+SESSIONS = 2  # places per worker: the sandbox bound (2 x 128 + 32 + 384 MB) stays below what the memory_* programs take
 NO_CGROUP = cgroups.probe(SandboxConfig(**CONFIG).limits("bwrap"))  # why sandboxes get no cgroup here ('' if they do)
 
 LEVELS = [
@@ -112,7 +113,7 @@ def host():
 
 @pytest.fixture(scope="module", params=LEVELS)
 def pool(request):
-    p = HostPool(num_workers=1, sandbox=SandboxConfig(level=request.param, **CONFIG))
+    p = HostPool(num_workers=1, sandbox=SandboxConfig(level=request.param, **CONFIG), sessions_per_worker=SESSIONS)
     assert p.level == request.param
     yield p
     p.close()

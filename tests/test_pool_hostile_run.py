@@ -14,6 +14,7 @@ import json
 import os
 import shutil
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +23,8 @@ from spade_jax.envs import protocol
 from spade_jax.envs.cleanup import remove_tree
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.gates import Verdict, validate
-from spade_jax.envs.host_pool import CallResult, HostPool, _from_reply
+from spade_jax.envs.host_pool import CallResult, HostPool
+from spade_jax.envs.replies import from_reply as _from_reply
 from spade_jax.envs.sandbox import SandboxConfig
 from spade_jax.envs.static_checks import check_static
 
@@ -196,18 +198,41 @@ def test_validate_turns_an_unexpected_error_into_a_verdict_and_closes_the_sessio
 
 
 def test_a_cleanup_out_of_time_fails_the_close_so_the_host_replaces_the_sandbox(tmp_path):
-    from spade_jax.envs.worker import Zygote
+    """The zygote answers `end` only once the session's uid is clean; out of budget, the answer is a failure (the
+    host then replaces the sandbox) and the uid is not used again."""
+    from spade_jax.envs.worker import Cleaning, Zygote
 
     scratch = tmp_path / "tmp"
     (scratch / "a" / "b").mkdir(parents=True)
     (scratch / "a" / "b" / "f").write_text("x")
-    z = Zygote({"uids": None, "tmp": str(scratch), "call_timeout_s": 1.0}, -1, -1)
-    z.scratch, z.reap = [str(scratch)], lambda: None  # no pids of ours to collect in the test process
-    z.dirty = {None}
-    reply = z.end_session(0.0)
-    assert reply["ok"] is False and reply["error"] == "crashed" and "cleanup" in reply["message"]
-    z.dirty = {None}
-    assert z.end_session(5.0) == {"ok": True, "value": None} and list(scratch.iterdir()) == []
+    z = Zygote({"uids": None, "tmp": str(scratch), "call_timeout_s": 1.0, "max_return_bytes": 1024}, -1, -1)
+    z.scratch, z.reap = [str(scratch)], lambda: _reap_watched(z)  # only its own children: this is the test process
+    replies: dict = {}
+    z.reply = lambda rid, reply: replies.__setitem__(rid, reply)
+    z.free.clear()  # the one uid (None: no uid switch) is the ended session's
+    z.cleanings[None] = Cleaning(None, 0.0, 1)
+    _drive_cleanups(z)
+    assert replies[1]["ok"] is False and replies[1]["error"] == "crashed" and "cleanup" in replies[1]["message"]
+    assert z.free == [] and list(scratch.iterdir()) != []
+    z.cleanings[None] = Cleaning(None, 5.0, 2)
+    _drive_cleanups(z)
+    assert replies[2] == {"ok": True, "value": None} and list(scratch.iterdir()) == [] and z.free == [None]
+
+
+def _reap_watched(z) -> None:
+    for pid in list(z.watched):
+        got, status = os.waitpid(pid, os.WNOHANG)
+        if got:
+            z.exits[pid] = status
+
+
+def _drive_cleanups(z) -> None:
+    deadline = time.monotonic() + 20
+    while z.cleanings and time.monotonic() < deadline:
+        z.reap()
+        z.step_cleanings()
+        time.sleep(0.005)
+    assert not z.cleanings
 
 
 # -------------------------------------------------------------------------------------- through a sandbox

@@ -21,7 +21,8 @@ from spade_jax.envs.sandbox import SandboxConfig
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CONFIG = dict(call_timeout_s=5.0, load_timeout_s=5.0, memory_mb=128, tmp_mb=32)
-BOUND_MB = 128 + 32 + 384  # SandboxConfig.limits: memory_mb + tmp_mb + 384
+SESSIONS = 2  # places per worker
+BOUND_MB = SESSIONS * 128 + 32 + 384  # SandboxConfig.limits: sessions x memory_mb + tmp_mb + 384
 NO_CGROUP = cgroups.probe(SandboxConfig(**CONFIG).limits("bwrap"))
 LEVELS = [
     pytest.param("gvisor", marks=pytest.mark.skipif(not shutil.which("runsc"), reason="runsc (gVisor) not installed")),
@@ -32,7 +33,7 @@ needs_cgroup = pytest.mark.skipif(bool(NO_CGROUP), reason=f"no per-sandbox cgrou
 
 @pytest.fixture(scope="module", params=LEVELS)
 def pool(request):
-    p = HostPool(num_workers=1, sandbox=SandboxConfig(level=request.param, **CONFIG))
+    p = HostPool(num_workers=1, sandbox=SandboxConfig(level=request.param, **CONFIG), sessions_per_worker=SESSIONS)
     yield p
     p.close()
 
@@ -81,7 +82,7 @@ def test_sysv_objects_do_not_reach_the_next_session(pool, name, key):
 @pytest.mark.sandbox
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_killed_sandbox_leaves_no_cgroup(level):
-    with HostPool(num_workers=1, sandbox=SandboxConfig(level=level, **CONFIG)) as pool:
+    with HostPool(num_workers=1, sandbox=SandboxConfig(level=level, **CONFIG), sessions_per_worker=SESSIONS) as pool:
         result, proc = _play(pool, "memory_memfd")
         dirs = list(proc.cgroup.dirs.values())
     assert result.error == "memory"

@@ -1,5 +1,6 @@
-"""Cleanup inside the sandbox between sessions: files an episode left (`remove_tree`) and its SysV IPC objects
-(`remove_ipc`, or a fresh IPC namespace per episode with `_unshare_ipc`).
+"""Cleanup inside the sandbox between sessions: files an episode left (`remove_tree`; `remove_owned` for those of
+one uid only, leaving the other live sessions' files alone) and its SysV IPC objects (`remove_ipc`, or a fresh IPC
+namespace per episode with `_unshare_ipc`).
 
 STANDARD LIBRARY ONLY: imported by the worker inside the sandbox. Nothing an episode left can stop it: no
 recursion on the Python stack, permissions restored on the way down, symlinks never followed, a deadline.
@@ -60,6 +61,29 @@ def remove_ipc(uid: int | None) -> int:
         except (AttributeError, OSError, ValueError):
             continue
     return removed
+
+
+def remove_owned(dirs: list[str], uid: int, deadline: float | None = None) -> bool:
+    """Deletes every entry directly in `dirs` that `uid` owns (a directory with all below it, see `remove_tree`);
+    True when they all went. Run as `uid`: in a sticky /tmp it may delete only its own entries, and it never
+    tries another's. False (never an exception) when something stayed or `deadline` passed."""
+    ok = True
+    for d in dirs:
+        try:
+            with os.scandir(d) as it:
+                mine = [e.path for e in it if _owner(e) == uid]
+        except OSError:
+            continue
+        for path in mine:
+            ok = remove_tree(path, deadline) and ok
+    return ok
+
+
+def _owner(entry: os.DirEntry) -> int | None:
+    try:
+        return entry.stat(follow_symlinks=False).st_uid
+    except OSError:
+        return None
 
 
 def remove_tree(path: str, deadline: float | None = None, *, keep_root: bool = False) -> bool:

@@ -187,6 +187,7 @@ class EpisodeProcess:
     def load(self, source: str, kwargs: dict) -> dict:
         import types
 
+        self.enter_private_dir()
         self.source, self.kwargs = source, dict(kwargs)
         self.linecache.cache[ENV_FILENAME] = (len(source), None, source.splitlines(True), ENV_FILENAME)
         module = types.ModuleType(ENV_MODULE)
@@ -198,6 +199,22 @@ class EpisodeProcess:
         self.env = cls(**kwargs)
         methods = [m for m in CALLABLE[2:] if callable(getattr(self.env, m, None))]
         return {"env_class": cls.__name__, "methods": methods, "dropped_kwargs": dropped}
+
+    def enter_private_dir(self) -> None:
+        """Moves into a fresh directory of its own in the sandbox's tmp (mode 0700, a random name) and makes it
+        TMPDIR and HOME, so relative paths and `tempfile` of sessions sharing a worker never meet. Stays in tmp
+        when it cannot make one (tmp full); never raises."""
+        for _ in range(4):
+            path = os.path.join(self.cfg["tmp"], "ep-" + os.urandom(8).hex())
+            try:
+                os.mkdir(path, 0o700)
+            except FileExistsError:
+                continue
+            except OSError:
+                return
+            os.chdir(path)
+            os.environ.update(TMPDIR=path, HOME=path)
+            return
 
     def find_class(self, module) -> type:
         named = module.__dict__.get("ENV_CLASS")

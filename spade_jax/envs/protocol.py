@@ -77,16 +77,21 @@ def write_frame(fd: int, data: bytes, deadline: float) -> None:
 
 
 class FrameReader:
-    """Reads frames from a pipe fd with a deadline per frame and a cap on the frame size."""
+    """Reads frames from a pipe fd with a deadline per frame and a cap on the frame size. A byte on `wake_fd`
+    (when given) ends a read at once as 'closed': how another thread stops a reader without closing its fd."""
 
-    def __init__(self, fd: int):
-        self.fd = fd
+    def __init__(self, fd: int, wake_fd: int | None = None):
+        self.fd, self.wake_fd = fd, wake_fd
         self.buf = bytearray()
 
     def _fill(self, n: int, deadline: float) -> None:
+        fds = [self.fd] if self.wake_fd is None else [self.fd, self.wake_fd]
         while len(self.buf) < n:
             left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self.fd], [], [], max(left, 0))[0]:
+            ready = select.select(fds, [], [], max(left, 0))[0] if left > 0 else []
+            if self.wake_fd in ready:
+                raise ChannelError("closed", "the channel was closed by the host")
+            if not ready:
                 raise ChannelError("timeout", "worker did not answer in time")
             try:
                 chunk = os.read(self.fd, max(65536, n - len(self.buf)))

@@ -57,8 +57,8 @@ class SandboxConfig:
     max_return_bytes: int = 65536  # JSON bytes one call may return
     tmp_mb: int = 64  # size of the private /tmp (gvisor, bwrap)
     # Bounds on the whole sandbox (its cgroup: every process, memfd/tmpfs file and SysV segment in it together);
-    # 0 picks memory_mb + tmp_mb + 384 MB (runtime, worker, the spare episode) and max_processes + 16 processes
-    # (32 x that for gVisor, whose host side is threads and stub processes).
+    # 0 picks K x memory_mb + tmp_mb + 384 MB (runtime, worker, the spare episode) and K x max_processes + 16
+    # processes (32 x that for gVisor, whose host side is threads and stub processes), for K sessions per worker.
     sandbox_memory_mb: int = 0
     sandbox_processes: int = 0
     start_timeout_s: float = 30.0  # sandbox start until the worker says ready
@@ -74,11 +74,12 @@ class SandboxConfig:
         if self.sandbox_memory_mb < 0 or self.sandbox_processes < 0:
             raise ValueError("sandbox_memory_mb and sandbox_processes must be >= 0 (0: automatic)")
 
-    def limits(self, level: str) -> cgroups.Limits:
-        """The whole-sandbox bounds in force at `level` (see `sandbox_memory_mb`, `sandbox_processes`)."""
-        memory = self.sandbox_memory_mb or self.memory_mb + self.tmp_mb + 384
+    def limits(self, level: str, sessions: int = 1) -> cgroups.Limits:
+        """The whole-sandbox bounds in force at `level` for a worker serving up to `sessions` sessions at once
+        (see `sandbox_memory_mb`, `sandbox_processes`): each session may use what one episode may."""
+        memory = self.sandbox_memory_mb or sessions * self.memory_mb + self.tmp_mb + 384
         # gVisor's host side is the sentry's threads plus a stub process per address space: far more tasks
-        procs = self.sandbox_processes or (self.max_processes + 16) * (32 if level == "gvisor" else 1)
+        procs = self.sandbox_processes or (sessions * self.max_processes + 16) * (32 if level == "gvisor" else 1)
         return cgroups.Limits(memory_mb=memory, pids=procs)
 
 
@@ -90,16 +91,23 @@ class SandboxUnavailable(RuntimeError):
 
 
 class SandboxProcess:
-    """One running sandbox with its worker: the channel fds, a stderr tail, and kill()."""
+    """One running sandbox with its worker: the channel fds, a stderr tail, and kill().
+
+    The channel (stdin, stdout) is closed by kill(), unless an owner took it (`own_channel`): then kill() only
+    wakes the owner's reader (`reader` reads 'closed') and the owner closes it (`close_channel`) once no thread of
+    its own uses the fds, so no thread ever reads or writes an fd number that was closed and handed out again."""
 
     def __init__(self, popen: subprocess.Popen, level: str, on_kill=None, cgroup: cgroups.Cgroup | None = None):
         self.popen, self.level, self._on_kill, self.cgroup = popen, level, on_kill, cgroup
         self.peak_mb = 0.0  # the most memory the whole sandbox used at once, read from its cgroup when killed
         self.stdin_fd = popen.stdin.fileno()
-        self.reader = protocol.FrameReader(popen.stdout.fileno())
+        self._wake_r, self._wake_w = os.pipe()
+        self.reader = protocol.FrameReader(popen.stdout.fileno(), wake_fd=self._wake_r)
         self._tail = bytearray()
         self._lock = threading.Lock()
         self._killed = False
+        self._owned = False
+        self._channel_closed = False
         threading.Thread(target=self._drain, name="sandbox-stderr", daemon=True).start()
 
     def _drain(self) -> None:
@@ -115,6 +123,27 @@ class SandboxProcess:
 
     def alive(self) -> bool:
         return not self._killed and self.popen.poll() is None
+
+    def own_channel(self) -> None:
+        """From now on the caller closes the channel (`close_channel`), after kill()."""
+        self._owned = True
+
+    def close_channel(self) -> None:
+        """Closes stdin, stdout and the wake pipe (idempotent)."""
+        with self._lock:
+            if self._channel_closed:
+                return
+            self._channel_closed = True
+        for f in (self.popen.stdin, self.popen.stdout):
+            try:
+                f.close()
+            except OSError:
+                pass
+        for fd in (self._wake_r, self._wake_w):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
 
     def kill(self) -> None:
         """Kills the whole sandbox (runtime, worker, every process inside). Idempotent."""
@@ -133,11 +162,16 @@ class SandboxProcess:
             self.popen.wait(timeout=10)
         except subprocess.TimeoutExpired:
             log.warning("sandbox process %d did not exit after SIGKILL", pid)
-        for f in (self.popen.stdin, self.popen.stdout, self.popen.stderr):
-            try:
-                f.close()
-            except OSError:
-                pass
+        if self._owned:
+            with self._lock:
+                if not self._channel_closed:
+                    os.write(self._wake_w, b"x")  # the owner's reader stops; the owner closes the channel
+        else:
+            self.close_channel()
+        try:
+            self.popen.stderr.close()
+        except OSError:
+            pass
         if self.cgroup is not None:  # kills what is left in it (a runtime helper in a session of its own)
             self.peak_mb = self.cgroup.peak_mb()
             self.cgroup.remove()
@@ -211,9 +245,13 @@ def _python_for_other_uids(python: str) -> str | None:
 
 
 class Launcher:
-    """Starts sandboxed workers of one level; owns a private temp dir (gVisor bundles and state, tmp dirs)."""
+    """Starts sandboxed workers of one level; owns a private temp dir (gVisor bundles and state, tmp dirs).
 
-    def __init__(self, config: SandboxConfig, level: str):
+    Each worker gets `sessions` + 1 episode uids (one per session it serves at once, one for its spare), so no two
+    live sessions share a uid. Where episodes cannot change uid (`drop_uid` False: bwrap or process level without
+    root) sessions on one worker could not be told apart: `sessions` is then 1, whatever was asked."""
+
+    def __init__(self, config: SandboxConfig, level: str, sessions: int = 1):
         if level not in LEVELS:
             raise ValueError(f"unknown sandbox level {level!r}")
         self.config, self.level = config, level
@@ -227,6 +265,7 @@ class Launcher:
                 self.drop_uid = False
             else:
                 self.python = usable
+        self.sessions = max(1, int(sessions)) if self.drop_uid else 1
         import spade_jax
 
         self.pkg_dir = str(Path(spade_jax.__file__).resolve().parent)
@@ -288,7 +327,12 @@ class Launcher:
     # launch -----------------------------------------------------------------------------------------------
     def launch(self) -> SandboxProcess:
         """Starts one sandbox; the caller reads the worker's ready frame from `proc.reader`."""
-        uids = [1 << 20 | secrets.randbelow(1 << 29) for _ in range(2)] if self.drop_uid else None
+        uids = None
+        if self.drop_uid:
+            chosen: set[int] = set()
+            while len(chosen) < self.sessions + 1:
+                chosen.add(1 << 20 | secrets.randbelow(1 << 29))
+            uids = sorted(chosen)
         return getattr(self, f"_launch_{self.level}")(uids)
 
     def _start(
@@ -297,9 +341,10 @@ class Launcher:
         """Starts the sandbox in a cgroup of its own (when the host allows one, see `cgroups`) from the
         process-lifetime spawner thread (see `_spawner`)."""
         cgroup = None
-        if not _cgroup_refusal(self.config, self.level):
+        limits = self.config.limits(self.level, self.sessions)
+        if not _cgroup_refusal(limits, self.level):
             try:
-                cgroup = cgroups.Cgroup.create(self.config.limits(self.level))
+                cgroup = cgroups.Cgroup.create(limits)
                 argv = cgroup.wrap(argv)
             except OSError as e:
                 log.warning("sandbox started WITHOUT its memory/process bound: %s", e)
@@ -316,7 +361,7 @@ class Launcher:
     def _launch_process(self, uids: list[int] | None) -> SandboxProcess:
         tmp = tempfile.mkdtemp(prefix="tmp-", dir=self.dir)
         if uids is not None:
-            os.chmod(tmp, 0o1777)  # both episode uids write here; the launcher dir itself is 0711
+            os.chmod(tmp, 0o1777)  # every episode uid writes here; the launcher dir itself is 0711
         root = str(Path(self.pkg_dir).parent)
 
         def cleanup() -> None:
@@ -431,16 +476,17 @@ _cgroup_refusals: dict[tuple, str] = {}
 _warned: dict[str, bool] = {}
 
 
-def _cgroup_refusal(config: SandboxConfig, level: str) -> str:
+def _cgroup_refusal(limits: cgroups.Limits, level: str) -> str:
     """Why sandboxes here get no cgroup ('' when they do); probed once per process and limits, and said
-    loudly the first time, like the sandbox level."""
-    key = (level, config.limits(level))
+    loudly the first time (once per reason), like the sandbox level."""
+    key = (level, limits)
     with _spawner_lock:
         if key not in _cgroup_refusals:
             if not _cgroup_refusals:
                 cgroups.remove_stale()
             why = cgroups.probe(key[1])
-            if why:
+            if why and not _warned.get(f"cgroup: {why}"):
+                _warned[f"cgroup: {why}"] = True
                 log.warning(
                     "SANDBOX LIMITS: no per-sandbox bound on total memory and processes (%s); each episode "
                     "process keeps its rlimits, but its children, memfd files and SysV segments together are not "

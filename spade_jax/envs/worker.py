@@ -1,33 +1,43 @@
-"""The environment worker: runs INSIDE the sandbox and serves one environment at a time to the host pool.
+"""The environment worker: runs INSIDE the sandbox and serves several sessions at once to the host pool.
 
-STANDARD LIBRARY ONLY, and nothing from spade_jax but its episode side (`spade_jax.envs.episode`) and cleanup
-(`spade_jax.envs.cleanup`), both stdlib only too, and what environment code itself imports
-(`spade_jax.envs.base`). Started as `python -S -s -B -c BOOT CONFIG_JSON` by `sandbox.py`.
+STANDARD LIBRARY ONLY, and nothing from spade_jax but its episode side (`spade_jax.envs.episode`), the processes it
+makes (`spade_jax.envs.worker_procs`) and cleanup (`spade_jax.envs.cleanup`), all stdlib only too, and what
+environment code itself imports (`spade_jax.envs.base`). Started as `python -S -s -B -c BOOT CONFIG_JSON` by
+`sandbox.py`.
 
-Two kinds of process per sandbox:
-  * the zygote (this module's `main`): trusted, never runs environment code. It owns the host channel
-    (framed JSON on the original stdin/stdout, moved to private fds; fds 0/1 then point at /dev/null so
-    prints cannot corrupt it), keeps common modules imported, and forks one *episode process* per session.
-  * the episode process (`episode.EpisodeProcess`): drops to an unprivileged uid (two per worker, used in turn, so
-    the next one can be forked while the current one runs without being reachable from it), applies the
-    rlimits, loads the source in a fresh module, constructs the env and answers calls. The zygote relays each call,
-    enforces the per-call deadline (SIGKILL), caps and validates the reply bytes (bound to its request by a
-    fresh nonce; a frame written between calls is a forgery), and at the session's end
-    kills every process of that uid and deletes its files in tmp and /dev/shm (`remove_tree`: no mode, depth
-    or size of what it left stops it), before it answers the `end` request and within that call's timeout, so
-    the next environment's load() never pays for it; a cleanup that does not finish makes the host replace the
-    whole sandbox. Episodes sharing a worker therefore share nothing: replaced builtins, leftover threads,
-    children and tmp files die with the session.
+Processes in one sandbox:
+  * the zygote (this module's `main`): trusted, never runs environment code. It owns the host channel (framed
+    JSON on the original stdin/stdout, moved to private fds; fds 0/1 then point at /dev/null so prints cannot
+    corrupt it), keeps common modules imported, and forks one *episode process* per session. It is one event loop
+    (`select`) over the host channel and the pipes of every live episode: each request names its session (`sid`)
+    and carries a request id (`rid`); each reply goes back tagged with that `rid`, in whatever order the episodes
+    answer. Nothing an episode does can block the loop: its reply is gathered without blocking (`Inbox`), its
+    request written without blocking, its deadline kept by the loop (SIGKILL of that episode alone). A session
+    that hangs, floods, forks or dies costs the others nothing.
+  * the episode processes (`worker_procs.fork_episode`): one per session, each under a uid of its own from the
+    worker's set (K + 1 uids for K sessions: one for the spare forked ahead, so a load does not wait for a fork);
+    no two live sessions share a uid, so one cannot signal, ptrace or read /proc of another, nor its files (umask
+    077, a private 0700 directory as cwd, TMPDIR and HOME). Without a uid switch (uids None: the sandbox cannot
+    give one) the host puts one session on the worker.
+  * reapers (`worker_procs.fork_reaper`): at a session's end one runs as its uid, kills every process of that uid
+    and deletes the files that uid owns in tmp and /dev/shm and its SysV objects, again and again until nothing of
+    the uid is left (with a PID namespace: checked, zombies included) or the `end` call's budget is spent. Only then
+    does `end` answer and the uid go back to the free set, so the next load never pays for it; the other sessions
+    are served meanwhile. A cleanup that does not finish makes the host replace the whole sandbox. Episodes sharing
+    a worker over time therefore share nothing: replaced builtins, leftover threads, children and tmp files die
+    with their session.
 
-Requests it relays to the episode process: `load`, `call` (whitelisted env methods) and `leaks` (the hint
-leak check, see episode.py); each under the same per-call deadline, so a hostile env cannot stall it.
+Requests it relays to an episode process: `load`, `call` (whitelisted env methods) and `leaks` (the hint leak
+check, see episode.py), each under its own deadline. Every request to an episode starts with a fresh nonce its
+reply must carry, and a frame the episode writes between calls is a forgery (the episode is killed, the call is
+`bad_return`): an episode cannot queue a forged reply for a later call. Its own requests: `end`, `ping`.
 
-Frame: 4-byte big-endian length, then UTF-8 JSON (host side: `spade_jax.envs.protocol`).
+Frame: 4-byte big-endian length, then UTF-8 JSON (host side: `spade_jax.envs.protocol`); replies to the host are
+`{"rid": N, "reply": {...}}` (the ready frame alone is a bare reply).
 """
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 import select
@@ -35,8 +45,16 @@ import signal
 import sys
 import time
 
-from spade_jax.envs.cleanup import _unshare_ipc, remove_ipc, remove_tree
-from spade_jax.envs.episode import HEADER, NONCE_BYTES, EpisodeProcess, fail, recv_raw, send, write_all
+from spade_jax.envs.episode import HEADER, NONCE_BYTES, fail, recv_raw, send, write_all
+from spade_jax.envs.worker_procs import (
+    EpisodeProc,
+    Inbox,
+    describe,
+    fork_episode,
+    fork_reaper,
+    owned_entries,
+    uid_processes,
+)
 
 ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
 PRELOAD = (
@@ -45,196 +63,326 @@ PRELOAD = (
     "resource types ctypes"
 ).split()
 ENVELOPE_BYTES = 32768  # room for message + traceback on top of max_return_bytes
+REAPER_POLL_S = 0.005  # how often the loop looks for a finished reaper while one runs
+_NO_UID = object()  # a session whose episode process never started holds no uid
+
+
+class _HostGone(Exception):
+    """The host closed the channel (or it broke): the zygote ends every session and exits."""
+
+
+class Call:
+    """A request relayed to an episode process and not answered yet."""
+
+    def __init__(self, rid: int, nonce: bytes, limit: float, what: str):
+        self.rid, self.nonce, self.limit, self.what = rid, nonce, limit, what
+        self.deadline = time.monotonic() + limit
+
+
+class Slot:
+    """One session as the zygote sees it: its episode process (None once gone), uid, buffers and open call."""
+
+    def __init__(self, sid: object):
+        self.sid = sid
+        self.proc: EpisodeProc | None = None
+        self.uid: object = _NO_UID
+        self.dead = "no environment is loaded"  # why it cannot answer
+        self.inbox = Inbox()
+        self.outbox = memoryview(b"")
+        self.call: Call | None = None
+
+
+class Cleaning:
+    """A finished session's uid being cleaned; `rid`: the `end` request to answer when done (None: nobody)."""
+
+    def __init__(self, uid: object, budget: float, rid: int | None):
+        self.uid, self.budget, self.rid = uid, budget, rid
+        self.deadline = time.monotonic() + budget
+        self.reaper: int | None = None  # pid of the reaper running now
+        self.next_at = 0.0
+        self.passes = 0
 
 
 # ---------------------------------------------------------------------------------------------- zygote
 
 
 class Zygote:
-    """Trusted side of the sandbox: relays host requests to the current episode process.
-
-    With two episode uids (A, B) the next episode process is forked while the current one loads, under
-    the other uid, so it is ready at the next `load` and the hostile session cannot touch it.
-    """
+    """Trusted side of the sandbox: one event loop relaying host requests to the sessions' episode processes."""
 
     def __init__(self, cfg: dict, rfd: int, wfd: int):
         self.cfg, self.rfd, self.wfd = cfg, rfd, wfd
-        self.uids = cfg.get("uids") or [None]
-        self.child: tuple | None = None  # (pid, to_child_fd, from_child_fd, uid)
-        self.spare: tuple | None = None
-        self.dead = "no environment is loaded"  # why the current session cannot answer
-        self.dirty: set = set()  # uids whose processes and files must go before they are used again
+        self.free: list = list(cfg.get("uids") or [None])  # uids that are clean and unused
+        self.sessions: dict = {}  # sid -> Slot
+        self.spare: EpisodeProc | None = None
+        self.spare_retry_at = 0.0
+        self.cleanings: dict = {}  # uid -> Cleaning
+        self.watched: set[int] = set()  # pids whose exit status we keep (episodes, reapers)
+        self.exits: dict[int, int] = {}  # their statuses, collected by reap()
         self.scratch = [cfg["tmp"]] + (["/dev/shm"] if os.path.isdir("/dev/shm") else [])
-        self.exits: dict[int, int] = {}  # exit statuses collected by reap(), by pid
+        self.reply_limit = cfg["max_return_bytes"] + ENVELOPE_BYTES + NONCE_BYTES
 
-    # episode processes -------------------------------------------------------------------------------
-    def fork_episode(self, uid) -> tuple:
-        gc.freeze()  # keep the collector off the zygote's objects: fewer copy-on-write page faults
-        to_r, to_w = os.pipe()
-        from_r, from_w = os.pipe()
-        pid = os.fork()
-        if pid == 0:  # episode process
-            try:
-                self.become_episode(to_r, from_w, uid)
-            finally:
-                os._exit(70)
-        os.close(to_r)
-        os.close(from_w)
-        return pid, to_w, from_r, uid
+    # the loop ----------------------------------------------------------------------------------------
+    def serve(self) -> None:
+        send(self.wfd, {"ok": True, "value": _facts(self.cfg)})
+        try:
+            while True:
+                self.turn()
+        except _HostGone:
+            self.shutdown()
 
-    def become_episode(self, rfd: int, wfd: int, uid) -> None:
-        import resource
+    def turn(self) -> None:
+        """One pass of the loop: children reaped, cleanups moved on, a spare ready, then whatever is ready."""
+        self.reap()
+        self.step_cleanings()
+        self.ensure_spare()
+        live = [s for s in self.sessions.values() if s.proc is not None]
+        readers = {s.proc.from_fd: s for s in live if s.call is not None}
+        writers = {s.proc.to_fd: s for s in live if len(s.outbox)}
+        ready_r, ready_w, _ = select.select([self.rfd, *readers], list(writers), [], self.wait_s())
+        for fd in ready_w:
+            slot = writers[fd]
+            if slot.proc is not None and slot.proc.to_fd == fd:
+                self.flush(slot)
+        for fd in ready_r:
+            slot = readers.get(fd)
+            if slot is not None and slot.proc is not None and slot.proc.from_fd == fd and slot.call is not None:
+                self.on_readable(slot)
+        if self.rfd in ready_r:
+            self.on_request()
+        self.expire()
 
-        cfg = self.cfg
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            signal.signal(sig, signal.SIG_DFL)
-        os.setsid()
-        keep = sorted({0, 1, 2, rfd, wfd})
-        for lo, hi in zip(keep, keep[1:] + [65536]):  # close the host channel and everything else
-            os.closerange(lo + 1, hi)
-        null = os.open(os.devnull, os.O_RDWR)
-        for fd in (0, 1, 2):
-            os.dup2(null, fd)
-        os.close(null)
-        mb = 1 << 20
-        limits = [
-            (resource.RLIMIT_AS, cfg["memory_mb"] * mb),
-            (resource.RLIMIT_CPU, cfg["cpu_seconds"]),
-            (resource.RLIMIT_NOFILE, cfg["max_open_files"]),
-            (resource.RLIMIT_FSIZE, cfg["max_file_mb"] * mb),
-            (resource.RLIMIT_CORE, 0),
-        ]
-        if uid is not None:  # RLIMIT_NPROC counts per uid: only meaningful for a uid of our own
-            limits.append((resource.RLIMIT_NPROC, cfg["max_processes"]))
-        for which, value in limits:
-            resource.setrlimit(which, (value, value + 2 if which == resource.RLIMIT_CPU else value))
-        if cfg.get("ipcns"):
-            _unshare_ipc()  # where allowed (gVisor), the episode's SysV objects die with its processes
-        try:  # at the sandbox's memory bound the kernel kills episode processes first, never the zygote
-            with open("/proc/self/oom_score_adj", "w") as f:
-                f.write("1000")
+    def wait_s(self) -> float | None:
+        """How long select may sleep: until the nearest deadline, retry or reaper poll (None: no timer)."""
+        now = time.monotonic()
+        times = [s.call.deadline for s in self.sessions.values() if s.call is not None]
+        for c in self.cleanings.values():
+            times += [c.deadline, now + REAPER_POLL_S if c.reaper is not None else c.next_at]
+        if self.spare is None and self.free:
+            times.append(self.spare_retry_at)
+        return max(0.0, min(times) - now) if times else None
+
+    def reply(self, rid: object, reply: dict | bytes) -> None:
+        """Sends one reply to the host, tagged with its request id; `reply` is a dict or checked JSON bytes."""
+        body = reply if isinstance(reply, bytes) else json.dumps(reply, separators=(",", ":")).encode()
+        tag = rid if isinstance(rid, int) and not isinstance(rid, bool) else 0
+        frame = b'{"rid":%d,"reply":' % tag + body + b"}"
+        try:
+            write_all(self.wfd, HEADER.pack(len(frame)) + frame)
         except OSError:
-            pass
-        if uid is not None:
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        os.chdir(cfg["tmp"])
-        os.environ.update(TMPDIR=cfg["tmp"], HOME=cfg["tmp"])
-        EpisodeProcess(cfg).serve(rfd, wfd)
+            raise _HostGone from None
 
-    def other_uid(self):
-        """The uid for the next episode process: not the current one's."""
-        busy = {p[3] for p in (self.child, self.spare) if p}
-        return next((u for u in self.uids if u not in busy), self.uids[0])
+    # host requests -------------------------------------------------------------------------------------
+    def on_request(self) -> None:
+        try:
+            raw = recv_raw(self.rfd, self.cfg["max_request_bytes"])
+        except (OSError, ValueError):
+            raw = None
+        if raw is None:  # the host is gone: leave nothing behind (matters at the process level)
+            raise _HostGone
+        msg = json.loads(raw)
+        op, rid = msg.get("op"), msg.get("rid")
+        if op == "load":
+            self.load(msg, raw)
+        elif op in ("call", "leaks"):
+            self.begin(self.sessions.get(msg.get("sid")), msg, raw)
+        elif op == "end":
+            self.end(msg)
+        elif op == "ping":
+            self.reply(rid, {"ok": True, "value": _facts(self.cfg)})
+        else:
+            self.reply(rid, fail("exception", f"unknown request {op!r}"))
 
-    def take_child(self) -> tuple:
+    def load(self, msg: dict, raw: bytes) -> None:
+        """A new session: the spare (or a fresh episode process) takes the load request."""
+        sid, rid = msg.get("sid"), msg.get("rid")
+        if sid in self.sessions:
+            self.reply(rid, fail("crashed", f"load(): session {sid!r} is already open"))
+            return
+        slot = self.sessions[sid] = Slot(sid)
+        try:
+            slot.proc = self.take_spare()
+        except OSError as e:
+            slot.dead = f"it could not start ({e})"
+            self.reply(rid, fail("crashed", f"cannot start the episode process: {e}"))
+            return
+        slot.uid, slot.dead = slot.proc.uid, ""
+        self.begin(slot, msg, raw)
+
+    def begin(self, slot: Slot | None, msg: dict, raw: bytes) -> None:
+        """Sends one request to the session's episode process, bound to a fresh nonce; the reply comes later."""
+        rid, what = msg.get("rid"), str(msg.get("method") or msg["op"]) + "()"
+        if slot is None:
+            self.reply(rid, fail("crashed", f"{what}: no such session"))
+            return
+        if slot.proc is None:
+            self.reply(rid, fail("crashed", f"{what}: the episode process is gone ({slot.dead})"))
+            return
+        if slot.call is not None:
+            self.reply(rid, fail("crashed", f"{what}: the session's previous call has not returned"))
+            return
+        if self.wrote_between_calls(slot):
+            self.kill_child(slot, f"it wrote to its channel before {what}")
+            why = "the episode wrote to its channel between calls (a forged reply)"
+            self.reply(rid, fail("bad_return", f"{what}: {why}"))
+            return
+        nonce = os.urandom(NONCE_BYTES // 2).hex().encode()
+        slot.outbox = memoryview(HEADER.pack(len(nonce) + len(raw)) + nonce + raw)
+        slot.call = Call(rid, nonce, float(msg.get("timeout") or self.cfg["call_timeout_s"]), what)
+        self.flush(slot)
+
+    def end(self, msg: dict) -> None:
+        """Ends a session: its episode process is killed now, and `end` answers once its uid is clean."""
+        rid, budget = msg.get("rid"), float(msg.get("timeout") or self.cfg["call_timeout_s"])
+        slot = self.sessions.pop(msg.get("sid"), None)
+        if slot is None:
+            self.reply(rid, {"ok": True, "value": None})
+            return
+        slot.call = None
+        self.kill_child(slot, "the session ended")
+        if slot.uid is _NO_UID:
+            self.reply(rid, {"ok": True, "value": None})
+            return
+        self.cleanings[slot.uid] = Cleaning(slot.uid, budget, rid)
+
+    # one session's channel ---------------------------------------------------------------------------
+    def flush(self, slot: Slot) -> None:
+        """Writes what the pipe takes of the pending request; a dead reader is the episode's death."""
+        try:
+            n = os.write(slot.proc.to_fd, slot.outbox)
+        except BlockingIOError:
+            return
+        except OSError:  # EPIPE: it died before reading
+            self.child_died(slot)
+            return
+        slot.outbox = slot.outbox[n:]
+
+    def on_readable(self, slot: Slot) -> None:
+        call = slot.call
+        if not slot.inbox.fill(slot.proc.from_fd):
+            self.child_died(slot)
+            return
+        try:
+            body = slot.inbox.frame(self.reply_limit)
+        except ValueError as e:
+            slot.call = None
+            self.kill_child(slot, f"{call.what} sent an oversized reply")
+            self.reply(call.rid, fail("bad_return", f"{call.what}: {e}"))
+            return
+        if body is not None:
+            self.finish(slot, body)
+
+    def finish(self, slot: Slot, body: bytes) -> None:
+        """A complete reply: checked (nonce, shape) and passed to the host, or the episode is killed."""
+        call, slot.call = slot.call, None
+        problem = ""
+        if body[:NONCE_BYTES] != call.nonce:
+            problem = "a reply without this request's nonce (forged, or out of order)"
+        else:
+            body = body[NONCE_BYTES:]
+            problem = _check_reply(body)
+        if problem:
+            self.kill_child(slot, f"{call.what} sent a bad reply")
+            self.reply(call.rid, fail("bad_return", f"{call.what}: {problem}"))
+            return
+        self.reply(call.rid, body)
+
+    def child_died(self, slot: Slot) -> None:
+        call, slot.call = slot.call, None
+        what = call.what if call else "a call"
+        how = self.kill_child(slot, "eof")
+        slot.dead = f"it died during {what}"
+        if call is None:
+            return
+        if "CPU" in how:
+            self.reply(call.rid, fail("timeout", f"{what} exceeded the CPU-time limit ({self.cfg['cpu_seconds']} s)"))
+        else:
+            self.reply(call.rid, fail("crashed", f"{what}: the episode process died ({how or 'closed its channel'})"))
+
+    def expire(self) -> None:
+        """Kills the episode of every call past its deadline (that episode alone) and answers `timeout`."""
+        now = time.monotonic()
+        for slot in list(self.sessions.values()):
+            call = slot.call
+            if call is not None and now > call.deadline:
+                slot.call = None
+                self.kill_child(slot, f"{call.what} timed out")
+                self.reply(call.rid, fail("timeout", f"{call.what} did not return within {call.limit:g} s (killed)"))
+
+    def wrote_between_calls(self, slot: Slot) -> bool:
+        """Whether the episode wrote to its channel while no request was open (EOF is not writing: a process
+        that died between calls is reported by the request itself)."""
+        if slot.inbox.buf:  # bytes after its last reply
+            return True
+        try:
+            if not select.select([slot.proc.from_fd], [], [], 0)[0]:
+                return False
+            return bool(os.read(slot.proc.from_fd, 1))
+        except OSError:
+            return False
+
+    def kill_child(self, slot: Slot, why: str) -> str:
+        """Kills the session's episode process (its uid stays the session's until `end`); returns how it ended
+        ('' when it was still running)."""
+        proc, slot.proc = slot.proc, None
+        slot.dead, slot.outbox, slot.inbox = why, memoryview(b""), Inbox()
+        if proc is None:
+            return ""
+        status = self.exits.pop(proc.pid, None)
+        for _ in range(20 if status is None and why == "eof" else 0):  # usually exiting on EOF: say how
+            time.sleep(0.005)
+            self.reap()
+            status = self.exits.pop(proc.pid, None)
+            if status is not None:
+                break
+        if status is None:
+            _sigkill(proc.pid)  # reaped later by reap(), its status no longer wanted
+        self.watched.discard(proc.pid)
+        proc.close_fds()
+        return describe(status)
+
+    # processes ---------------------------------------------------------------------------------------
+    def fork(self, uid: object) -> EpisodeProc:
+        proc = fork_episode(self.cfg, uid)
+        self.watched.add(proc.pid)
+        return proc
+
+    def take_spare(self) -> EpisodeProc:
+        """The spare episode process if it is alive, else a fresh one under a free uid (OSError: none)."""
+        self.reap()
         spare, self.spare = self.spare, None
         if spare is not None:
-            try:
-                if os.waitpid(spare[0], os.WNOHANG) == (0, 0):
-                    return spare
-            except ChildProcessError:
-                pass
-            self.close_fds(spare)
-        self.cleanup()
-        return self.fork_episode(self.other_uid())
+            if spare.pid not in self.exits:
+                return spare
+            self.exits.pop(spare.pid)
+            self.retire(spare)
+        if not self.free:
+            raise OSError("no free episode uid")
+        uid = self.free.pop(0)
+        try:
+            return self.fork(uid)
+        except OSError:
+            self.free.append(uid)
+            raise
 
-    def close_fds(self, proc) -> None:
-        for fd in proc[1:3]:
-            try:
-                os.close(fd)
-            except OSError:
-                pass
+    def ensure_spare(self) -> None:
+        """Forks the next episode process ahead of its load, under a free uid (retried later if the fork fails)."""
+        if self.spare is not None or not self.free or time.monotonic() < self.spare_retry_at:
+            return
+        uid = self.free.pop(0)
+        try:
+            self.spare = self.fork(uid)
+        except OSError:
+            self.free.append(uid)
+            self.spare_retry_at = time.monotonic() + 0.25
 
-    def kill_child(self, why: str) -> str:
-        """Kills the episode process; returns how it ended ('' when it was still running)."""
-        child, self.child = self.child, None
-        self.dead = why
-        if child is None:
-            return ""
-        self.dirty.add(child[3])
-        pid, status = child[0], self.exits.pop(child[0], None)
-        for _ in range(0 if status is not None else 20 if why == "eof" else 1):  # usually exiting on EOF
-            try:
-                got, st = os.waitpid(pid, os.WNOHANG)
-            except ChildProcessError:
-                break
-            if got:
-                status = st
-                break
-            if why == "eof":
-                time.sleep(0.005)
-        if status is None:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                os.waitpid(pid, 0)
-            except (ProcessLookupError, ChildProcessError, PermissionError):
-                pass
-        self.close_fds(child)
-        return _describe(status)
-
-    def cleanup(self, budget_s: float | None = None) -> bool:
-        """After a session: no process of its uid survives, and its files in tmp and /dev/shm are gone.
-
-        Bounded by `budget_s` (default: the call timeout); False when something survived it (the host then
-        replaces the whole sandbox). Nothing the episode left can stop it: see `remove_tree`.
-        """
-        if not self.dirty:
-            return True
-        deadline = time.monotonic() + (budget_s if budget_s is not None else float(self.cfg["call_timeout_s"]))
-        self.reap()
-        clean = True
-        for uid in sorted(self.dirty, key=str):
-            clean = self.clean_uid(uid, deadline) and clean
-        self.dirty.clear()
-        return clean
-
-    def clean_uid(self, uid, deadline: float) -> bool:
-        """Kills `uid`'s processes and deletes its files until none is left (checked with a PID namespace)."""
-        if uid is None:
-            if self.cfg.get("ipcns"):
-                remove_ipc(None)
-            return all([remove_tree(d, deadline, keep_root=True) for d in self.scratch])
-        pidns = self.cfg.get("pidns")
-        if self.cfg.get("ipcns"):  # SysV objects are not seen by the checks below: one reaper pass removes them
-            self.run_reaper(uid, deadline)
-        for attempt in range(1000):  # with a PID namespace we can check that nothing is left, zombies included
-            if pidns and not self.strays(uid) and not self.scratch_used():
-                return True
-            if time.monotonic() > deadline:
-                return False
-            self.run_reaper(uid, deadline)
-            self.reap()
-            if not pidns:
-                return True
-            time.sleep(min(0.001 * attempt, 0.02))
-        return False
-
-    def run_reaper(self, uid: int, deadline: float) -> None:
-        """A process that becomes `uid`, kills all of its processes and deletes its files (until `deadline`)."""
-        pid = os.fork()
-        if pid == 0:
-            try:
-                os.setgroups([])
-                os.setgid(uid)
-                os.setuid(uid)
-                for _ in range(3):  # zombies keep answering kill(): a few passes, not "until ESRCH"
-                    try:
-                        os.kill(-1, signal.SIGKILL)  # every process of this uid except ourselves
-                    except ProcessLookupError:
-                        break
-                    time.sleep(0.001)
-                for d in self.scratch:
-                    remove_tree(d, deadline, keep_root=True)
-                if self.cfg.get("ipcns"):
-                    remove_ipc(uid)
-            finally:
-                os._exit(0)
-        os.waitpid(pid, 0)
+    def retire(self, proc: EpisodeProc) -> None:
+        """Kills an episode process no session holds; its uid is cleaned before it is used again."""
+        _sigkill(proc.pid)
+        self.watched.discard(proc.pid)
+        proc.close_fds()
+        self.cleanings[proc.uid] = Cleaning(proc.uid, float(self.cfg["call_timeout_s"]), None)
 
     def reap(self) -> None:
-        spare = self.spare[0] if self.spare else None
         while True:
             try:
                 pid, status = os.waitpid(-1, os.WNOHANG)
@@ -242,134 +390,76 @@ class Zygote:
                 return
             if pid == 0:
                 return
-            if pid == spare:
-                self.close_fds(self.spare)
-                self.spare = None
-            self.exits[pid] = status
+            if pid in self.watched:
+                self.exits[pid] = status
 
-    def strays(self, uid: int) -> bool:
-        """Whether any process of `uid` other than the spare is still in our PID namespace."""
-        known = {p[0] for p in (self.spare, self.child) if p}
-        for name in os.listdir("/proc"):
-            if name.isdigit() and int(name) not in known:
-                try:  # not the owner of /proc/<pid>: that is root for processes that changed uid
-                    with open(f"/proc/{name}/status") as f:
-                        if any(line.startswith("Uid:") and int(line.split()[1]) == uid for line in f):
-                            return True
-                except (OSError, ValueError):
-                    pass
-        return False
+    # cleanup -----------------------------------------------------------------------------------------
+    def step_cleanings(self) -> None:
+        """Moves every cleanup on: a finished reaper's work is checked; another pass starts until clean or out of
+        time (then `end` fails and the host replaces the sandbox)."""
+        now = time.monotonic()
+        for c in list(self.cleanings.values()):
+            if c.reaper is not None:
+                if c.reaper not in self.exits:
+                    if now > c.deadline:
+                        self.cleaned(c, False)
+                    continue
+                status = self.exits.pop(c.reaper)
+                self.watched.discard(c.reaper)
+                c.reaper, c.passes = None, c.passes + 1
+                if self.is_clean(c.uid, status):
+                    self.cleaned(c, True)
+                    continue
+                c.next_at = now + min(0.001 * c.passes, 0.02)
+            if now > c.deadline:
+                self.cleaned(c, False)
+            elif now >= c.next_at:
+                try:
+                    c.reaper = fork_reaper(self.cfg, c.uid, self.scratch, c.deadline)
+                    self.watched.add(c.reaper)
+                except OSError:
+                    c.next_at = now + 0.01
 
-    def scratch_used(self) -> bool:
-        for d in self.scratch:
-            try:
-                with os.scandir(d) as it:
-                    if any(True for _ in it):
-                        return True
-            except OSError:
-                pass
-        return False
+    def is_clean(self, uid: object, status: int) -> bool:
+        """Nothing of `uid` left: with a PID namespace checked here (processes, zombies included, and files);
+        otherwise the reaper's word that all its files went."""
+        if uid is None or not self.cfg.get("pidns"):
+            return status == 0
+        return not uid_processes(uid) and not owned_entries(self.scratch, uid)
 
-    # requests ------------------------------------------------------------------------------------------
-    def relay(self, msg: dict) -> bytes | dict:
-        """Forwards one request to the episode process and returns its checked reply."""
-        what = str(msg.get("method") or msg["op"]) + "()"
-        load = msg["op"] == "load"
-        if load:
-            if self.child is not None:
-                self.kill_child("replaced")
-            self.cleanup()  # normally done at the last session's end; before the clock of this load starts
-            try:
-                self.child = self.take_child()
-            except OSError as e:
-                return fail("crashed", f"cannot start the episode process: {e}")
-            self.dead = ""
-        elif self.child is None:
-            return fail("crashed", f"{what}: the episode process is gone ({self.dead})")
-        _, to_fd, from_fd, _ = self.child
-        limit = float(msg.get("timeout") or self.cfg["call_timeout_s"])
-        deadline = time.monotonic() + limit
-        if _wrote_between_calls(from_fd):
-            self.kill_child(f"it wrote to its channel before {what}")
-            return fail("bad_return", f"{what}: the episode wrote to its channel between calls (a forged reply)")
-        nonce = os.urandom(NONCE_BYTES // 2).hex().encode()
-        try:
-            write_all(to_fd, HEADER.pack(len(nonce) + len(msg["_raw"])) + nonce + msg["_raw"])
-            if load and len(self.uids) > 1 and self.spare is None:  # the other uid was cleaned above
-                self.spare = self.fork_episode(self.other_uid())  # while the child loads
-            body = recv_raw(from_fd, self.cfg["max_return_bytes"] + ENVELOPE_BYTES + NONCE_BYTES, deadline)
-        except TimeoutError:
-            self.kill_child(f"{what} timed out")
-            return fail("timeout", f"{what} did not return within {limit:g} s (killed)")
-        except ValueError as e:
-            self.kill_child(f"{what} sent an oversized reply")
-            return fail("bad_return", f"{what}: {e}")
-        except OSError as e:  # EPIPE: it died before reading
-            body = None
-            if not isinstance(e, BrokenPipeError):
-                return fail("crashed", f"{what}: channel error {e}")
-        if body is None:
-            how = self.kill_child("eof")
-            self.dead = f"it died during {what}"
-            if "CPU" in how:
-                return fail("timeout", f"{what} exceeded the CPU-time limit ({self.cfg['cpu_seconds']} s)")
-            return fail("crashed", f"{what}: the episode process died ({how or 'closed its channel'})")
-        if body[:NONCE_BYTES] != nonce:
-            self.kill_child(f"{what} sent a reply not bound to it")
-            return fail("bad_return", f"{what}: a reply without this request's nonce (forged, or out of order)")
-        body = body[NONCE_BYTES:]
-        problem = _check_reply(body)
-        if problem:
-            self.kill_child(f"{what} sent a malformed reply")
-            return fail("bad_return", f"{what}: {problem}")
-        return body
+    def cleaned(self, c: Cleaning, ok: bool) -> None:
+        del self.cleanings[c.uid]
+        if c.reaper is not None:  # out of time (it may have been stopped by what it was killing)
+            _sigkill(c.reaper)
+            self.watched.discard(c.reaper)
+        if ok:
+            self.free.append(c.uid)
+        if c.rid is not None:
+            why = f"close(): what the session left survived {c.budget:g} s of cleanup"
+            self.reply(c.rid, {"ok": True, "value": None} if ok else fail("crashed", why))
 
-    def end_session(self, budget_s: float) -> dict:
-        """Ends the session and removes what it left BEFORE answering: the time that takes is charged to this
-        session's close(), never to the next environment's load(). Cleanup that does not finish within
-        `budget_s` is a failure, on which the host replaces the whole sandbox (a fresh /tmp)."""
-        self.kill_child("the session ended")
-        if self.cleanup(budget_s):
-            return {"ok": True, "value": None}
-        return fail("crashed", f"close(): what the session left survived {budget_s:g} s of cleanup")
-
-    def serve(self) -> None:
-        send(self.wfd, {"ok": True, "value": _facts(self.cfg)})
-        while True:
-            if self.child is None:  # between sessions: clean up and have the next process ready
-                self.cleanup()
-                if self.spare is None:
-                    self.spare = self.fork_episode(self.other_uid())
-            raw = recv_raw(self.rfd, self.cfg["max_request_bytes"])
-            if raw is None:  # the host is gone: leave nothing behind (matters at the process level)
-                self.kill_child("the host closed the channel")
-                self.child, self.spare = self.spare, None
-                self.kill_child("the host closed the channel")
-                self.cleanup()
-                return
-            msg = json.loads(raw)
-            op = msg.get("op")
-            if op in ("load", "call", "leaks"):
-                msg["_raw"] = raw
-                reply = self.relay(msg)
-            elif op == "end":
-                reply = self.end_session(float(msg.get("timeout") or self.cfg["call_timeout_s"]))
-            elif op == "ping":
-                reply = {"ok": True, "value": _facts(self.cfg)}
-            else:
-                reply = fail("exception", f"unknown request {op!r}")
-            send(self.wfd, reply) if isinstance(reply, dict) else write_all(self.wfd, HEADER.pack(len(reply)) + reply)
+    def shutdown(self) -> None:
+        """The host is gone: every episode process dies and every uid is cleaned (bounded by one call timeout)."""
+        for slot in self.sessions.values():
+            self.kill_child(slot, "the host closed the channel")
+            if slot.uid is not _NO_UID:
+                self.cleanings[slot.uid] = Cleaning(slot.uid, float(self.cfg["call_timeout_s"]), None)
+        self.sessions.clear()
+        if self.spare is not None:
+            self.retire(self.spare)
+            self.spare = None
+        deadline = time.monotonic() + float(self.cfg["call_timeout_s"]) + 1.0
+        while self.cleanings and time.monotonic() < deadline:
+            self.reap()
+            self.step_cleanings()
+            time.sleep(REAPER_POLL_S)
 
 
-def _wrote_between_calls(fd: int) -> bool:
-    """Whether the episode process wrote to its channel while no request was open (EOF is not writing: a
-    process that died between calls is reported by the request itself)."""
+def _sigkill(pid: int) -> None:
     try:
-        if not select.select([fd], [], [], 0)[0]:
-            return False
-        return bool(os.read(fd, 1))
-    except OSError:
-        return False
+        os.kill(pid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass
 
 
 def _check_reply(body: bytes) -> str:
@@ -387,20 +477,6 @@ def _check_reply(body: bytes) -> str:
     if not obj["ok"] and obj.get("error") not in ERRORS:
         return "malformed error reply from the episode process"
     return ""
-
-
-def _describe(status: int | None) -> str:
-    if status is None:
-        return ""
-    if os.WIFSIGNALED(status):
-        sig = os.WTERMSIG(status)
-        name = {signal.SIGXCPU: "CPU-time limit", signal.SIGSEGV: "segmentation fault"}.get(sig, "")
-        try:
-            sname = signal.Signals(sig).name
-        except ValueError:
-            sname = f"signal {sig}"
-        return f"killed by {sname}" + (f", {name}" if name else "")
-    return f"exited with status {os.WEXITSTATUS(status)}"
 
 
 def _facts(cfg: dict) -> dict:

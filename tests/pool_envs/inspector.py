@@ -24,12 +24,13 @@ class Inspector:
                     procs.append([int(pid), uid, name, fields["State"].split()[0]])
                 except (OSError, KeyError, ValueError):
                     pass
-        tmp = os.environ.get("TMPDIR", "/tmp")
+        tmp = os.environ.get("TMPDIR", "/tmp")  # the episode's own dir in the sandbox's tmp
+        root = os.path.dirname(tmp)
         st = os.statvfs(tmp)
         facts = {
             "tmp_free_mb": st.f_bavail * st.f_frsize / 2**20,
             "tmp_size_mb": st.f_blocks * st.f_frsize / 2**20,
-            "tmp": sorted(os.listdir(tmp)),
+            "tmp": sorted(os.listdir(tmp)) + sorted(n for n in os.listdir(root) if os.path.join(root, n) != tmp),
             "procs": procs,
             "me": os.getpid(),
             "uid": os.getuid(),
