@@ -5,8 +5,13 @@ Prints, for every sandbox level that works here:
   * step round-trip latency p50 / p99 (a trivial step, so this is pure overhead),
   * episodes per second for a 10-step environment with 1, 2, 4 and 8 workers (open + reset + 10 steps +
     close), for a trivial step and for a step doing ~5 ms of pure-Python work, and the ratio against
-    running the same episodes in-process with `exec` (the reference implementation's approach).
-Usage: python benchmarks/host_pool.py [--levels gvisor,bwrap,process] [--seconds 2.0]
+    running the same episodes in-process with `exec` (the reference implementation's approach),
+  * many sessions in flight (`--flight 32x1,32x8`: workers x sessions per worker): episodes per second with that
+    many episodes live at once (one thread each, trivial steps), and the memory per in-flight episode with all of
+    them open (the sandboxes' cgroups, i.e. everything charged to them, and the PSS of their host processes),
+    one session per worker side by side with several.
+Usage: python benchmarks/host_pool.py [--levels gvisor,bwrap,process] [--seconds 2.0] [--flight 32x1,32x8]
+       [--only-flight]
 """
 
 from __future__ import annotations
@@ -16,7 +21,9 @@ import os
 import shutil
 import statistics
 import sys
+import threading
 import time
+from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
@@ -108,6 +115,91 @@ def step_latency(level: str, n: int = 400) -> list[float]:
     return out
 
 
+def _tree(root: int) -> set[int]:
+    """`root` and every process below it (host pids)."""
+    parent = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                parent[int(name)] = int(Path(f"/proc/{name}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError):
+                pass
+    found, frontier = {root}, {root}
+    while frontier:
+        frontier = {p for p, pp in parent.items() if pp in frontier} - found
+        found |= frontier
+    return found
+
+
+def _pss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+            if line.startswith("Pss:"):
+                return int(line.split()[1]) / 1024
+    except (OSError, ValueError):
+        pass
+    return 0.0
+
+
+def sandbox_memory(pool: HostPool) -> tuple[float, float]:
+    """(MB charged to the sandboxes' cgroups, MB of PSS of their host processes), summed over the live workers."""
+    cgroup = pss = 0.0
+    for w in list(pool._live):
+        if w.proc.cgroup is not None:
+            cgroup += w.proc.cgroup.usage_mb()
+        pss += sum(_pss_mb(p) for p in _tree(w.proc.popen.pid))
+    return cgroup, pss
+
+
+def flight(level: str, workers: int, per_worker: int, seconds: float) -> dict:
+    """Episodes per second with workers x per_worker episodes live at once (each thread starts episodes until
+    `seconds` have passed and finishes the one it is in: the time counted includes that tail), and memory with
+    all of them open."""
+    n = workers * per_worker
+    with HostPool(workers, SandboxConfig(level=level), sessions_per_worker=per_worker) as pool:
+        pool.warm_up()
+        idle = sandbox_memory(pool)
+        t0 = time.perf_counter()
+        sessions = pool.map(lambda i: pool.open(ENV, env_kwargs={"max_turns": 10**9}), range(n))
+        opened = sum(pool.map(lambda s: s.load_result.ok and s.reset(0).ok and s.step("go").ok, sessions))
+        open_s = time.perf_counter() - t0
+        live = sandbox_memory(pool)
+        for s in sessions:
+            s.close()
+        done, failed, stop = [0] * n, [0] * n, time.perf_counter() + seconds
+
+        def loop(i: int) -> None:
+            while time.perf_counter() < stop:
+                if pool_episode(pool, 0, i):
+                    done[i] += 1
+                else:
+                    failed[i] += 1
+
+        threads = [threading.Thread(target=loop, args=(i,)) for i in range(n)]
+        t0 = time.perf_counter()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+    return {"n": n, "opened": opened, "open_s": open_s, "ep_s": sum(done) / elapsed, "failed": sum(failed),
+            "idle": idle, "live": live}  # fmt: skip
+
+
+def print_flight(levels: list[str], shapes: list[tuple[int, int]], seconds: float) -> None:
+    print("\n== many sessions in flight (workers x sessions per worker; trivial steps; memory with all open) ==")
+    print(f"{'level':8} {'shape':>7} {'in flight':>9} {'open all':>9} {'ep/s':>7} {'failed':>6} {'cgroup MB':>10} "
+          f"{'per ep':>7} {'PSS MB':>8} {'per ep':>7} {'idle cgroup MB':>15}")  # fmt: skip
+    for lv in levels:
+        for w, k in shapes:
+            r = flight(lv, w, k, seconds)
+            (cg, pss), (cg0, _) = r["live"], r["idle"]
+            note = "" if r["opened"] == r["n"] else f"  ({r['n'] - r['opened']} did not open)"
+            print(f"{lv:8} {f'{w}x{k}':>7} {r['n']:9d} {r['open_s']:8.1f}s {r['ep_s']:7.1f} {r['failed']:6d} "
+                  f"{cg:10.0f} {cg / r['n']:7.1f} {pss:8.0f} {pss / r['n']:7.1f} {cg0:15.0f}{note}",
+                  flush=True)  # fmt: skip
+
+
 def pct(values: list[float], q: float) -> float:
     v = sorted(values)
     return v[min(len(v) - 1, int(q * len(v)))]
@@ -118,6 +210,8 @@ def main() -> int:
     ap.add_argument("--levels", default="gvisor,bwrap,process")
     ap.add_argument("--seconds", type=float, default=1.5, help="time per throughput measurement")
     ap.add_argument("--workers", default="1,2,4,8")
+    ap.add_argument("--flight", default="32x1,32x8", help="workers x sessions per worker, comma separated")
+    ap.add_argument("--only-flight", action="store_true", help="only the many-sessions-in-flight run")
     args = ap.parse_args()
     levels = []
     for lv in args.levels.split(","):
@@ -128,6 +222,12 @@ def main() -> int:
             levels.append(detect_level(lv))
         except SandboxUnavailable as e:
             print(f"{lv}: unavailable ({e}), skipped")
+    shapes = [tuple(int(x) for x in shape.split("x")) for shape in args.flight.split(",") if shape]
+    if args.only_flight:
+        print(f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; episode = open + reset + "
+              f"{STEPS} steps + close")  # fmt: skip
+        print_flight(levels, shapes, args.seconds)
+        return 0
     work = calibrate()
     print(
         f"machine: {os.cpu_count()} CPUs, Python {sys.version.split()[0]}; 'work' step = {work} loop iterations "
@@ -158,6 +258,7 @@ def main() -> int:
                     r = rate(batch, args.seconds, n, batch=n)
                     row += [r, r / base[w]]
             print(f"{lv:8} {n:7d} {row[0]:13.1f} {row[1]:7.2f} {row[2]:14.2f} {row[3]:7.2f}", flush=True)
+    print_flight(levels, shapes, args.seconds)
     return 0
 
 

@@ -126,6 +126,16 @@ class Cgroup:
         d = self.dirs.get("pids") or self.dirs.get("")
         return _field(d / "pids.events", "max") if d is not None else 0
 
+    def usage_mb(self) -> float:
+        """The memory the sandbox uses now (MB; 0.0 when unreadable)."""
+        d = self.dirs.get("memory") or self.dirs[""]
+        for name in ("memory.usage_in_bytes", "memory.current"):
+            try:
+                return int((d / name).read_text()) / (1 << 20)
+            except (OSError, ValueError):
+                continue
+        return 0.0
+
     def peak_mb(self) -> float:
         """The most memory the sandbox has used at once (MB)."""
         d = self.dirs.get("memory") or self.dirs[""]

@@ -173,7 +173,7 @@ class HostPool:
         holds `sessions` places. A start that fails is a `crashed` result."""
         try:
             worker = SandboxWorker(self._launcher)
-        except (SandboxUnavailable, OSError) as e:
+        except (SandboxUnavailable, OSError, ValueError) as e:  # never out of the pool: a failed start is a result
             with self._cv:
                 self._starting -= 1
                 self._cv.notify_all()

@@ -51,6 +51,15 @@ def decode(body: bytes) -> Any:
     return json.loads(body, parse_constant=no_constants)
 
 
+def ready(fds: list[int], timeout: float, events: int = select.POLLIN) -> list[int]:
+    """The fds of `fds` ready for `events` (or closed/failed) within `timeout` seconds. poll, not select: a host
+    running hundreds of sandboxes holds fds past select's limit of 1024."""
+    poller = select.poll()
+    for fd in fds:
+        poller.register(fd, events)
+    return [fd for fd, _ in poller.poll(max(0, int(timeout * 1000 + 0.999)))]
+
+
 def write_frame(fd: int, data: bytes, deadline: float) -> None:
     """Writes `data` (an encoded frame) to a pipe without ever blocking past `deadline` (monotonic)."""
     view = memoryview(data)
@@ -61,7 +70,7 @@ def write_frame(fd: int, data: bytes, deadline: float) -> None:
             left = deadline - time.monotonic()
             if left <= 0:
                 raise ChannelError("timeout", "worker did not read its request in time")
-            if not select.select([], [fd], [], left)[1]:
+            if not ready([fd], left, select.POLLOUT):
                 continue
             try:
                 view = view[os.write(fd, view) :]
@@ -88,10 +97,10 @@ class FrameReader:
         fds = [self.fd] if self.wake_fd is None else [self.fd, self.wake_fd]
         while len(self.buf) < n:
             left = deadline - time.monotonic()
-            ready = select.select(fds, [], [], max(left, 0))[0] if left > 0 else []
-            if self.wake_fd in ready:
+            got = ready(fds, left) if left > 0 else []
+            if self.wake_fd in got:
                 raise ChannelError("closed", "the channel was closed by the host")
-            if not ready:
+            if not got:
                 raise ChannelError("timeout", "worker did not answer in time")
             try:
                 chunk = os.read(self.fd, max(65536, n - len(self.buf)))
