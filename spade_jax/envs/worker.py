@@ -47,8 +47,12 @@ import time
 
 from spade_jax.envs.episode import HEADER, NONCE_BYTES, fail, recv_raw, send, write_all
 from spade_jax.envs.worker_procs import (
+    NO_UID,
+    Call,
+    Cleaning,
     EpisodeProc,
     Inbox,
+    Slot,
     describe,
     fork_episode,
     fork_reaper,
@@ -64,43 +68,10 @@ PRELOAD = (
 ).split()
 ENVELOPE_BYTES = 32768  # room for message + traceback on top of max_return_bytes
 REAPER_POLL_S = 0.005  # how often the loop looks for a finished reaper while one runs
-_NO_UID = object()  # a session whose episode process never started holds no uid
 
 
 class _HostGone(Exception):
     """The host closed the channel (or it broke): the zygote ends every session and exits."""
-
-
-class Call:
-    """A request relayed to an episode process and not answered yet."""
-
-    def __init__(self, rid: int, nonce: bytes, limit: float, what: str):
-        self.rid, self.nonce, self.limit, self.what = rid, nonce, limit, what
-        self.deadline = time.monotonic() + limit
-
-
-class Slot:
-    """One session as the zygote sees it: its episode process (None once gone), uid, buffers and open call."""
-
-    def __init__(self, sid: object):
-        self.sid = sid
-        self.proc: EpisodeProc | None = None
-        self.uid: object = _NO_UID
-        self.dead = "no environment is loaded"  # why it cannot answer
-        self.inbox = Inbox()
-        self.outbox = memoryview(b"")
-        self.call: Call | None = None
-
-
-class Cleaning:
-    """A finished session's uid being cleaned; `rid`: the `end` request to answer when done (None: nobody)."""
-
-    def __init__(self, uid: object, budget: float, rid: int | None):
-        self.uid, self.budget, self.rid = uid, budget, rid
-        self.deadline = time.monotonic() + budget
-        self.reaper: int | None = None  # pid of the reaper running now
-        self.next_at = 0.0
-        self.passes = 0
 
 
 # ---------------------------------------------------------------------------------------------- zygote
@@ -239,7 +210,7 @@ class Zygote:
             return
         slot.call = None
         self.kill_child(slot, "the session ended")
-        if slot.uid is _NO_UID:
+        if slot.uid is NO_UID:
             self.reply(rid, {"ok": True, "value": None})
             return
         self.cleanings[slot.uid] = Cleaning(slot.uid, budget, rid)
@@ -442,7 +413,7 @@ class Zygote:
         """The host is gone: every episode process dies and every uid is cleaned (bounded by one call timeout)."""
         for slot in self.sessions.values():
             self.kill_child(slot, "the host closed the channel")
-            if slot.uid is not _NO_UID:
+            if slot.uid is not NO_UID:
                 self.cleanings[slot.uid] = Cleaning(slot.uid, float(self.cfg["call_timeout_s"]), None)
         self.sessions.clear()
         if self.spare is not None:

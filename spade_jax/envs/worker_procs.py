@@ -10,7 +10,8 @@ STANDARD LIBRARY ONLY: imported by the worker inside the sandbox (like `episode.
     its SysV objects. It touches nothing of another uid: other live sessions on the worker are not disturbed.
   * `uid_processes` / `owned_entries`: what the zygote checks before it calls a uid clean.
   * `Inbox`: one episode's reply bytes, read without blocking, so one slow or hostile episode never stalls the
-    zygote's relay for the others.
+    zygote's relay for the others; `Slot`, `Call`, `Cleaning`: what the zygote keeps per session, per open call
+    and per uid being cleaned.
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ import time
 
 from spade_jax.envs.cleanup import _unshare_ipc, remove_ipc, remove_owned, remove_tree
 from spade_jax.envs.episode import HEADER, EpisodeProcess
+
+NO_UID = object()  # a session whose episode process never started holds no uid
 
 
 class EpisodeProc:
@@ -212,3 +215,38 @@ class Inbox:
         body = bytes(self.buf[HEADER.size : HEADER.size + size])
         del self.buf[: HEADER.size + size]
         return body
+
+
+# ------------------------------------------------------------------------------------- the zygote's records
+
+
+class Call:
+    """A request relayed to an episode process and not answered yet."""
+
+    def __init__(self, rid: int, nonce: bytes, limit: float, what: str):
+        self.rid, self.nonce, self.limit, self.what = rid, nonce, limit, what
+        self.deadline = time.monotonic() + limit
+
+
+class Slot:
+    """One session as the zygote sees it: its episode process (None once gone), uid, buffers and open call."""
+
+    def __init__(self, sid: object):
+        self.sid = sid
+        self.proc: EpisodeProc | None = None
+        self.uid: object = NO_UID
+        self.dead = "no environment is loaded"  # why it cannot answer
+        self.inbox = Inbox()
+        self.outbox = memoryview(b"")
+        self.call: Call | None = None
+
+
+class Cleaning:
+    """A finished session's uid being cleaned; `rid`: the `end` request to answer when done (None: nobody)."""
+
+    def __init__(self, uid: object, budget: float, rid: int | None):
+        self.uid, self.budget, self.rid = uid, budget, rid
+        self.deadline = time.monotonic() + budget
+        self.reaper: int | None = None  # pid of the reaper running now
+        self.next_at = 0.0
+        self.passes = 0
