@@ -212,8 +212,10 @@ def _reference(tag: str, steps: int = 6) -> list:
 @pytest.mark.parametrize("level", ALL_LEVELS)
 def test_a_hung_neighbour_delays_nobody(level):
     """A session hangs past the call timeout; meanwhile the other session on the same worker plays a whole
-    episode, correct, and done before the hung call comes back (`timeout`, its episode process alone killed)."""
-    with _pool(level, workers=1, sessions=2) as pool:
+    episode, correct, and done before the hung call comes back (`timeout`, its episode process alone killed). The
+    call timeout is long so that a busy machine cannot stretch the benign episode past it."""
+    timeout = 6.0
+    with _pool(level, workers=1, sessions=2, call_timeout_s=timeout) as pool:
         hostile = pool.open(HOSTILE_STEP)
         assert hostile.reset().ok
         hung: dict = {}
@@ -228,10 +230,9 @@ def test_a_hung_neighbour_delays_nobody(level):
         start = time.monotonic()
         assert _benign_episode(pool, "b") == _reference("b")
         done = time.monotonic()
-        t.join(3 * TIMEOUT + 10)
+        t.join(3 * timeout + 10)
         assert hung["result"].error == "timeout" and "killed" in hung["result"].message
-        assert done < hung["at"], "the benign episode waited for the hung call"
-        assert done - start < TIMEOUT, f"the benign episode took {done - start:.2f} s"
+        assert done < hung["at"], f"the benign episode waited for the hung call ({done - start:.2f} s)"
         assert hostile.step("x").error == "crashed"  # its episode is over; the worker is not
         hostile.close()
         assert pool.stats["workers_started"] == 1 and pool.stats["workers_replaced"] == 0

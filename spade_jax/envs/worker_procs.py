@@ -118,6 +118,7 @@ def fork_reaper(cfg: dict, uid: int | None, scratch: list[str], deadline: float)
     status = 1
     try:
         signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+        os.closerange(3, 65536)  # before it becomes the uid: what it kills must not reach the channels through it
         if uid is None:
             status = 0 if all([remove_tree(d, deadline, keep_root=True) for d in scratch]) else 1
         else:
