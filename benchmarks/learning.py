@@ -113,7 +113,7 @@ def eval_envs(held_out: tuple[str, ...], k: int, family: tuple[str, ...] = (),
 
     kinds = {s.name: s.kind for s in list_seeds()}
     out = []
-    for name in held_out:
+    for name in held_out:  # () with --no-heldout-seeds
         out.append({"env": name, "seed": name, "group": "seed", "kind": kinds[name], "source": load_seed_source(name)})
         for v in easiest_variants(name, k):
             out.append({"env": v.name, "seed": name, "group": "variant", "kind": kinds[name], "source": v.source})
@@ -444,11 +444,16 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated trained-on seeds: also evaluate on K of their easiest variants that neither run played",
     )
     ap.add_argument("--family-variants", type=int, default=4, help="unplayed variants per --eval-family seed")
+    ap.add_argument("--no-heldout-seeds", action="store_true",
+                    help="leave out the run's held-out seeds and their variants (other skills; out of a small model's "
+                         "reach): the target is then the --eval-family variants alone")  # fmt: skip
     ap.add_argument("--trained-envs", type=int, default=0,
                     help="also up to N environments both runs trained on (fresh seeds; not held out)")  # fmt: skip
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=1e-5")
     args = ap.parse_args(argv)
+    if args.no_heldout_seeds and not args.eval_family:
+        ap.error("--no-heldout-seeds leaves nothing held out: give --eval-family too")
 
     import logging
 
@@ -474,7 +479,8 @@ def main(argv: list[str] | None = None) -> int:
     console.rule("final held-out evaluation")
     family = tuple(n for n in args.eval_family.split(",") if n)
     played = played_knobs([d / "memory.sqlite" for d in dirs.values()], family)
-    envs = eval_envs(tuple(cfg.loop.held_out), args.eval_variants, family, played, args.family_variants)
+    seeds = () if args.no_heldout_seeds else tuple(cfg.loop.held_out)
+    envs = eval_envs(seeds, args.eval_variants, family, played, args.family_variants)
     envs += trained_on([d / "memory.sqlite" for d in dirs.values()], args.trained_envs)
     t0 = time.perf_counter()
     evals = final_eval(cfg, dirs, start, out / "eval", envs, args.eval_plays)

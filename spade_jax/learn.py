@@ -1,7 +1,8 @@
 """The learner half of a step: rewards -> group advantages -> learner samples -> one learner step.
 
 Samples whose advantage is 0 carry no signal and are dropped, and samples longer than every length bucket are
-dropped too; both are counted in the step's metrics (`train/*_dropped_frac`, `train/dropped_too_long`).
+dropped too; both are counted in the step's metrics (`train/*_dropped_frac`, `train/dropped_too_long`). At
+learning rate 0 (the learning benchmark's control) the step is counted but not computed (`train/frozen`).
 """
 
 from __future__ import annotations
@@ -68,6 +69,8 @@ def train_on(parts: Any, batch: SelfPlayBatch) -> dict[str, float]:
             stats[f"train/{name}_samples"] = float(sum(s.role == role for s in samples))
     if not samples:
         return {**stats, "train/skipped": 1.0}
+    if parts.learner.config.lr == 0:  # a control run (benchmarks/learning.py): AdamW at lr 0 moves no parameter,
+        return {**stats, "train/skipped": 0.0, "train/frozen": 1.0}  # so the step's forward and backward are spared
     t0 = time.perf_counter()
     tb = pack_sequences(samples, length_buckets=buckets, pad_id=getattr(parts.tokenizer, "pad_id", None) or 0)
     metrics = parts.learner.train_step(tb)
