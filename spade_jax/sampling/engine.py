@@ -91,6 +91,7 @@ class DecodeEngine:
         self.slot_steps = 0  # decode steps times batch rows computed (free and finished rows included)
         self.tokens_generated = 0  # tokens returned: slot utilisation = tokens_generated / slot_steps
         self.tokens_reused = 0  # prompt tokens not prefilled thanks to a parked row
+        self.stats: collections.Counter = collections.Counter()  # admissions, column moves and resizes, by kind
         self.key_shape = key_data(0, 0).shape
 
     # ----------------------------------------------------------------------------------------- public API
@@ -165,6 +166,7 @@ class DecodeEngine:
             perm = (rows.live() + recent)[:batch]
             perm += [-1] * (batch - len(perm))
         perm = np.asarray(perm, np.int32)
+        self.stats["grow_batch" if batch > rows.batch else "shrink_batch"] += 1
         key = ("permute", rows.batch, batch, self.cache.length)
         self.cache, self.logits = self.rt.run(
             key, slots.permute, (self.cache, self.logits, self.rt.put(np.maximum(perm, 0)))
@@ -236,6 +238,7 @@ class DecodeEngine:
         self.logits, self.cache = self.prefill([r.prompt for r, _ in fresh], tokens, pad, length)
         for req, b in fresh:
             rows.admit(b, req, p - len(req.prompt))
+        self.stats["fresh"] += len(fresh)
 
     def _allocate(self, length: int) -> None:
         """An empty cache of `length` columns for every slot."""
@@ -264,6 +267,7 @@ class DecodeEngine:
         for req, b in fresh:
             self.parked.pop(b, None)
             rows.admit(b, req, t - len(req.prompt))
+        self.stats["fresh"] += len(fresh)
 
     def _admit_continued(self, cont: list[tuple[Request, int, int]], q: int, p: int) -> None:
         """Prefills only the new tokens of the continued admissions on top of their parked rows (new tokens
@@ -298,6 +302,7 @@ class DecodeEngine:
             del self.parked[b]
             self.tokens_reused += m
             rows.admit(b, req, t - len(req.prompt))
+        self.stats["continued"] += len(cont)
 
     def _insert(self, block: KVCache, logits: jax.Array, dest: np.ndarray, src: np.ndarray, col0: int) -> None:
         rt = self.rt
@@ -335,6 +340,7 @@ class DecodeEngine:
 
     def _relayout(self, d: int, length: int) -> None:
         """Every row moved left by d columns (right when negative), the cache `length` columns long."""
+        self.stats["move_left" if d > 0 else "move_right" if d < 0 else "resize_columns"] += 1
         key = ("relayout", self.rows.batch, self.cache.length, length)
         self.cache = self.rt.run(key, lambda c, d: slots.relayout(c, d, length), (self.cache, self.rt.put(np.int32(d))))
         self.column -= d
