@@ -133,13 +133,21 @@ def test_column_shifts_and_cache_growth_change_nothing(tiny):
         np.testing.assert_allclose(g.raw_logprobs, w.raw_logprobs, atol=1e-5)
 
 
+def _run(sampler: Sampler, prompts: list, params: SamplingParams, expect: int = 0) -> list:
+    """Submits the prompts and steps until they are done (`expect`: tell the engine more will come)."""
+    reqs = [sampler.submit(p, params, index=i) for i, p in enumerate(prompts)]
+    while not all(r.done for r in reqs):
+        sampler.step(expect=expect)
+    return [r.completion for r in reqs]
+
+
 def test_a_continuation_reuses_its_rows_and_update_model_drops_them(tiny):
     model, tok = tiny
     sampler = _sampler(model, tok, min_reuse=16)
     plain = _sampler(model, tok, min_reuse=0)
-    turn = sampler.generate(PROMPTS[2:4], _greedy(20))
+    turn = _run(sampler, PROMPTS[2:4], _greedy(20), expect=2)  # the conversations go on: their rows are kept
     nexts = [c.full_ids + tok.encode(" and then", add_special_tokens=False) for c in turn]
-    got = sampler.generate(nexts, _greedy(20))
+    got = _run(sampler, nexts, _greedy(20), expect=2)
     assert sampler.engine.tokens_reused == sum(len(c.full_ids) for c in turn)  # only the new tokens prefilled
     want = plain.generate(nexts, _greedy(20))
     assert plain.engine.tokens_reused == 0
@@ -150,10 +158,13 @@ def test_a_continuation_reuses_its_rows_and_update_model_drops_them(tiny):
     other, _ = make_model(seed=1)
     sampler.update_model(other)
     reused = sampler.engine.tokens_reused
-    for c in sampler.generate([g.full_ids + [40] for g in got], _greedy(10)):
+    for c in _run(sampler, [g.full_ids + [40] for g in got], _greedy(10)):
         logits = full_logits(other, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
         assert c.token_ids == logits.argmax(-1).tolist()
     assert sampler.engine.tokens_reused == reused
+    # a unit of work that ends (generate, or forget) keeps nothing for the next: a resumed run starts the same
+    sampler.generate(nexts, _greedy(3))
+    assert not sampler.engine.parked and sampler.engine.cache is None
     sampler.submit(PROMPTS[0], _greedy(4))
     with pytest.raises(RuntimeError, match="still queued or running"):
         sampler.update_model(model)

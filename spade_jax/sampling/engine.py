@@ -17,7 +17,10 @@ Reuse. A finished row's keys and values stay in its slot (parked) until the slot
 prompt starts with a parked row's tokens (at least `min_reuse` of them: the next turn of a conversation, a
 prompt after a shared system text) is admitted into that slot: only its new tokens are prefilled, on top of
 the parked ones (prefill.extend), and both parts are moved to end at the write column. Fresh requests take
-free slots that hold nothing first, then the longest-parked ones.
+free slots that hold nothing first, then the longest-parked ones. Reused values equal a fresh prefill's to
+float rounding, not bit for bit, so what is kept must depend only on the requests of one unit of work: the
+owner drops it when the unit ends (`cancel()` with nothing pending; `Sampler.forget`), so a process that starts
+afresh (a resumed run) makes the same decisions.
 
 Batch. The batch is a bucket of rows (buckets.py) that grows when queued requests need more slots (up to the
 largest bucket: the engine's slot count) and shrinks when few rows remain (at the tail of a generation), so

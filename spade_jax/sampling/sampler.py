@@ -154,6 +154,7 @@ class Sampler:
         except BaseException:
             self.engine.cancel(reqs)
             raise
+        self.forget()
         return [r.completion for r in reqs]
 
     def submit(
@@ -173,6 +174,14 @@ class Sampler:
     def cancel(self, requests: Sequence[Request] | None = None) -> None:
         """Drops queued or running requests (all when None); they never complete."""
         self.engine.cancel(requests)
+
+    def forget(self) -> None:
+        """When nothing is queued or running: drops the engine's cache and the rows kept for reuse, so the next
+        request starts from the state a fresh (or resumed) process starts from. Owners call it when a unit of
+        work ends (`generate` does; the rollout engine at the end of `run`): reuse decisions then depend only on
+        the requests of that unit, and a resumed run reproduces an uninterrupted one bit for bit."""
+        if not self.engine.pending:
+            self.engine.cancel()
 
     @property
     def pending(self) -> int:

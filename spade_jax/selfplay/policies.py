@@ -142,10 +142,14 @@ class ModelPolicy:
         return [(q.tag, _reply(q.completion)) for q in done]
 
     def cancel(self) -> None:
-        """Drops every request still on the engine (after a failure)."""
+        """Drops every request still on the engine (after a failure) and, once none runs, what the engine kept
+        for reuse (`Sampler.forget`): called when a rollout ends, so the next one starts from a clean engine."""
         if self._inflight:
             self.sampler.cancel(self._inflight)
         self._inflight = []
+        forget = getattr(self.sampler, "forget", None)
+        if callable(forget):
+            forget()
 
     @property
     def pending(self) -> int:

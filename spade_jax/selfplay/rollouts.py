@@ -229,9 +229,10 @@ class RolloutEngine:
                 if requests:
                     stream.submit(requests)
         except BaseException:
-            stream.cancel()
             wait([f for *_, f in starting + stepping])
             raise
+        finally:  # nothing is left on the policy's engine, and it keeps nothing for the next run
+            stream.cancel()
 
     def _collect(self, starting: list, stepping: list, result: RolloutResult) -> tuple[list[_Live], list[_Live]]:
         """Folds the environment work of the last tick into its episodes: (ready for a turn, over)."""
