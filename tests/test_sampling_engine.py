@@ -58,8 +58,8 @@ def _greedy(n: int) -> SamplingParams:
 
 def test_requests_admitted_at_different_times_equal_each_alone(tiny):
     model, tok = tiny
-    plan = [(0, PROMPTS[0], _greedy(30)), (0, PROMPTS[2], _greedy(5)), (1, PROMPTS[1], _greedy(17)), (2, PROMPTS[4], _greedy(40)), (3, PROMPTS[3], _greedy(9)),
-            (7, PROMPTS[5], _greedy(12)), (7, PROMPTS[6], _greedy(25)), (9, PROMPTS[7], _greedy(3))]  # fmt: skip
+    lengths = [(0, 0, 30), (0, 2, 5), (1, 1, 17), (2, 4, 40), (3, 3, 9), (7, 5, 12), (7, 6, 25), (9, 7, 3)]
+    plan = [(step, PROMPTS[i], _greedy(n)) for step, i, n in lengths]
     sampler = _sampler(model, tok, decode_slots=4)
     got = _schedule(sampler, plan)
     for g, w, (*_, params) in zip(got, _alone(model, tok, plan), plan):
@@ -75,7 +75,8 @@ def test_rows_of_different_settings_share_a_batch_and_sample_like_alone(tiny):
     so each equals its run alone, and its log-probs are those of the distribution it was drawn from."""
     model, tok = tiny
     settings = [dict(temperature=0.8), dict(temperature=0.7, top_k=20, top_p=0.9), dict(greedy=True),
-                dict(temperature=1.2, top_p=0.6), dict(temperature=1.0, top_k=5), dict(temperature=0.9, seed=4, stop_strings=("e ",))]  # fmt: skip
+                dict(temperature=1.2, top_p=0.6), dict(temperature=1.0, top_k=5),
+                dict(temperature=0.9, seed=4, stop_strings=("e ",))]  # fmt: skip
     plan = [
         (k % 3, PROMPTS[k], SamplingParams(**{"max_new_tokens": 24, "seed": 3, **kw})) for k, kw in enumerate(settings)
     ]

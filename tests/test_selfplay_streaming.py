@@ -12,6 +12,7 @@ from spade_jax.envs.seeds import load_seed_source
 from spade_jax.selfplay.config import RolloutConfig
 from spade_jax.selfplay.rollouts import EpisodeSpec, ModelPolicy, RolloutEngine
 
+pytestmark = pytest.mark.slow
 POOL_CALL_TIMEOUT_S = 5.0  # for the `pool` fixture in conftest.py
 CONTEXT = 1024
 

@@ -79,11 +79,12 @@ class DecodeEngine:
 
     def __init__(self, runtime: Runtime, tokenizer: Any, prefiller: Prefiller, *, batch_buckets: Sequence[int],
                  prompt_buckets: Sequence[int], cache_buckets: Sequence[int], chunk_steps: int,
-                 cache_growth: bool = True, min_reuse: int = 64):  # fmt: skip
+                 cache_growth: bool = True, min_reuse: int = 64, shrink_batch: bool = True):  # fmt: skip
         self.rt, self.tokenizer, self.prefill = runtime, tokenizer, prefiller
         self.batch_buckets, self.prompt_buckets = tuple(batch_buckets), tuple(prompt_buckets)
         self.cache_buckets = tuple(cache_buckets)
         self.chunk_steps, self.cache_growth, self.min_reuse = int(chunk_steps), cache_growth, int(min_reuse)
+        self.shrink_batch = shrink_batch
         self.queue: collections.deque[Request] = collections.deque()
         self.rows: RowTable | None = None
         self.cache: KVCache | None = None
@@ -156,7 +157,7 @@ class DecodeEngine:
         if rows is None or (want != rows.batch and not live):  # a fresh start
             self.rows, self.cache = RowTable(want, self.key_shape), None
             self.parked.clear()
-        elif want != rows.batch:
+        elif want > rows.batch or (want < rows.batch and self.shrink_batch):
             self._resize(want)
 
     def _resize(self, batch: int) -> None:

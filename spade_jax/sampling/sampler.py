@@ -69,6 +69,7 @@ class Sampler:
         min_prefix_saving: int = 4096,
         prefix_cache: int = 2,
         min_reuse: int = 64,
+        shrink_batch: bool = True,
     ):
         if overflow not in ("error", "truncate_left"):
             raise ValueError(f"overflow must be 'error' or 'truncate_left', got {overflow!r}")
@@ -90,7 +91,7 @@ class Sampler:
         self.engine = DecodeEngine(
             self._rt, tokenizer, self._prefill, batch_buckets=self.batch_buckets, prompt_buckets=self.prompt_buckets,
             cache_buckets=self.cache_buckets, chunk_steps=self.chunk_steps, cache_growth=cache_growth,
-            min_reuse=min_reuse,
+            min_reuse=min_reuse, shrink_batch=shrink_batch,
         )  # fmt: skip
         self._stop_specs: dict[tuple, stops.StopSpec] = {}
 
