@@ -153,12 +153,15 @@ class DecodeEngine:
     def _size_batch(self, expect: int) -> None:
         rows = self.rows
         live = len(rows.live()) if rows is not None else 0
-        want = bk.pick(self.batch_buckets, min(self.batch_buckets[-1], max(1, live + len(self.queue) + expect)))
-        if rows is None or (want != rows.batch and not live):  # a fresh start
-            self.rows, self.cache = RowTable(want, self.key_shape), None
+        need, keep = (bk.pick(self.batch_buckets, min(self.batch_buckets[-1], max(1, live + len(self.queue) + e)))
+                      for e in (0, expect))  # fmt: skip
+        if rows is None or (need != rows.batch and not live and not self.parked):  # a fresh start
+            self.rows, self.cache = RowTable(need, self.key_shape), None
             self.parked.clear()
-        elif want > rows.batch or (want < rows.batch and self.shrink_batch):
-            self._resize(want)
+        elif need > rows.batch:  # grown for the requests queued now, not for those expected (empty rows cost)
+            self._resize(need)
+        elif keep < rows.batch and self.shrink_batch:  # shrunk, but not below what the expected ones need
+            self._resize(keep)
 
     def _resize(self, batch: int) -> None:
         """The batch as `batch` rows: live rows first, then parked ones (most recent first), then free slots."""
@@ -166,7 +169,10 @@ class DecodeEngine:
         if batch > rows.batch:
             perm = list(range(rows.batch)) + [-1] * (batch - rows.batch)
         else:
-            recent = sorted(self.parked, key=lambda b: -self.parked[b].order)
+            wanted = {
+                b for r in self.queue for b, p in self.parked.items() if self._reusable(p, r) >= self.min_reuse > 0
+            }
+            recent = sorted(self.parked, key=lambda b: (b not in wanted, -self.parked[b].order))
             perm = (rows.live() + recent)[:batch]
             perm += [-1] * (batch - len(perm))
         perm = np.asarray(perm, np.int32)
@@ -190,10 +196,8 @@ class DecodeEngine:
             best = (0, -1)
             for b in free:
                 p = self.parked.get(b)
-                reach = self.column - p.start + req.budget + self.chunk_steps if p is not None else 0
-                if p is not None and reach <= self.cache_buckets[-1] and all(b != c[0] for c in claims.values()):
-                    m = min(_lcp(p.tokens, req.prompt), len(req.prompt) - 1)
-                    best = max(best, (m, -b))
+                if p is not None and all(b != c[0] for c in claims.values()):
+                    best = max(best, (self._reusable(p, req), -b))
             if self.min_reuse > 0 and best[0] >= self.min_reuse:
                 claims[i] = (-best[1], best[0])
         claimed = {b for b, _ in claims.values()}
@@ -205,6 +209,12 @@ class DecodeEngine:
             else:
                 fresh.append((req, spare.pop(0)))
         return fresh, cont
+
+    def _reusable(self, p: _Parked, req: Request) -> int:
+        """How many of the request's prompt tokens the parked row can give (0 when too far left to keep)."""
+        if self.column - p.start + req.budget + self.chunk_steps > self.cache_buckets[-1]:
+            return 0
+        return min(_lcp(p.tokens, req.prompt), len(req.prompt) - 1)
 
     def _age(self, b: int) -> int:
         p = self.parked.get(b)

@@ -48,18 +48,15 @@ def insert(
 
 
 def gather(cache: KVCache, rows: jax.Array, src: jax.Array) -> KVCache:
-    """A [n, .., W] cache whose row i, column j is cache row rows[i], column src[i, j] (zero where src < 0)."""
+    """A [n, .., W] cache whose row i, column j is cache row rows[i], column src[i, j] (zero where src < 0); one
+    gather of just those columns (never a copy of whole rows)."""
     b, s = cache.k[0].shape[0], cache.length
     ok = src >= 0
     idx = jnp.clip(src, 0, s - 1)
-    r = jnp.clip(rows, 0, b - 1)
-
-    def one(x, axis):
-        got = _cols(jnp.take(x, r, axis=0), idx, axis)
-        mask = ok.reshape([ok.shape[0]] + [1] * (axis - 1) + [ok.shape[1]] + [1] * (x.ndim - axis - 1))
-        return jnp.where(mask, got, 0)
-
-    return KVCache(k=[one(x, 3) for x in cache.k], v=[one(x, 2) for x in cache.v]).constrained()
+    r = jnp.clip(rows, 0, b - 1)[:, None]
+    k = [jnp.where(ok[:, None, None, :], jnp.transpose(x[r, :, :, idx], (0, 2, 3, 1)), 0) for x in cache.k]
+    v = [jnp.where(ok[:, None, :, None], jnp.transpose(x[r, :, idx, :], (0, 2, 1, 3)), 0) for x in cache.v]
+    return KVCache(k=k, v=v).constrained()
 
 
 def relayout(cache: KVCache, shift, length: int) -> KVCache:
