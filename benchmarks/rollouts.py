@@ -1,8 +1,9 @@
 """Agent rollout throughput, continuous batching vs the per-turn engine, side by side in one run.
 
 A multi-turn workload on seed environments of the library: `--episodes` concurrent episodes (half hinted),
-up to `--turns` turns each, replies of mixed lengths (episode i's turn t may take one of 8 ... 96 tokens,
-drawn from (i, t); a model may also stop earlier at eos). For each model, the same episodes are played by
+up to `--turns` turns each, replies of mixed lengths: up to `--max-new-tokens` each, ended earlier where the
+model emits eos (a random model, e.g. `tiny-smollm`, gets its eos embedding tilted so a reply ends after
+`--mean-reply` tokens on average, geometrically). For each model, the same episodes are played by
 
 - the per-turn engine (the loop this project had before issue 19, kept here as the baseline): all live
   episodes' turns go to the sampler in one `generate` call per round (every row waits for the round's longest
@@ -23,7 +24,8 @@ figures: episodes/s and slot utilisation (useful generated tokens / decode slot-
 from __future__ import annotations
 
 import argparse
-import random
+import collections
+import dataclasses
 import sys
 import time
 from typing import Any
@@ -31,28 +33,34 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # the continuous engine: finer steps waste fewer rows
 ENVS = "number_target,secret_word,code_breaker,sequence_next,balance_scale,nim_duel,light_switches,knights_knaves"
-LENGTHS = (8, 16, 24, 32, 48, 64, 96)
 
 
-def mixed_lengths(base: type) -> type:
-    """`base` (a ModelPolicy) whose turn t of episode i may take LENGTHS[draw(i, t)] tokens at most."""
+def tilt_eos(model: Any, tok: Any, mean_reply: float, measure: Any) -> float:
+    """For a random model (near-uniform next-token distributions, so replies never end before the budget): points
+    the eos embedding (tied head) along the mean final hidden state, scaled (by bisection) so that
+    `measure(model)`, the mean first reply of the workload, is about `mean_reply` tokens. Returns that mean."""
+    import jax.numpy as jnp
+    import numpy as np
 
-    class Mixed(base):
-        @staticmethod
-        def _cut(requests: list) -> list:
-            for r in requests:
-                cap = random.Random(f"{r.spec.seed}/{r.spec.condition}/{r.turn}").choice(LENGTHS)
-                r.max_new_tokens = min(r.max_new_tokens, cap)
-            return requests
+    eos = tok.eos_ids[0]
+    ids = tok.encode_chat([{"role": "user", "content": "Guess a number between 1 and 100."}])
+    reply = np.random.default_rng(0).integers(0, model.cfg.vocab_size, 256).tolist()  # what it samples: ~uniform
+    hidden = np.asarray(model(jnp.asarray([ids + reply]), return_hidden=True)[0][0], np.float64)[len(ids) :]
+    direction = hidden.mean(0) / np.linalg.norm(hidden.mean(0))
+    table = np.array(model.embed_tokens.embedding[...])
 
-        def act(self, requests: list) -> list:
-            return super().act(self._cut(requests))
+    def mean_len(scale: float) -> float:
+        table[eos] = scale * direction
+        model.embed_tokens.embedding[...] = jnp.asarray(table, model.embed_tokens.embedding[...].dtype)
+        return measure(model)
 
-        def submit(self, requests: list) -> None:
-            super().submit(self._cut(requests))
-
-    return Mixed
+    lo, hi = 0.0, 64.0  # longer replies at lo, shorter at hi
+    for _ in range(8):
+        mid = (lo + hi) / 2
+        lo, hi = (mid, hi) if mean_len(mid) > mean_reply else (lo, mid)
+    return mean_len((lo + hi) / 2)
 
 
 def per_turn_engine() -> type:
@@ -123,7 +131,8 @@ def play(name: str, engine_cls: type, policy: Any, sampler: Any, pool: Any, tok:
         "engine": name, "episodes/s": st["episodes_per_s"], "utilisation": tokens / max(slots, 1), "tokens": tokens,
         "slot_steps": slots, "wall_s": res.wall_s, "turns/ep": st.get("turns_mean", 0.0),
         "policy_share": st["policy_share"], "compile_s": sampler.compile_seconds - compiled,
-        "stats": dict(getattr(getattr(sampler, "engine", None), "stats", {})),
+        "stats": dict(getattr(getattr(sampler, "engine", None), "stats", {})), "failures": dict(res.failures),
+        "programs": dict(collections.Counter(k[0] for k in getattr(getattr(sampler, "_rt", None), "programs", {}))),
     }  # fmt: skip
 
 
@@ -136,6 +145,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, default=64, help="decode slots of the continuous engine")
     ap.add_argument("--turns", type=int, default=4, help="max turns per episode")
     ap.add_argument("--chunk", type=int, default=32, help="decode steps per compiled chunk")
+    ap.add_argument("--max-new-tokens", type=int, default=96, help="reply budget per turn")
+    ap.add_argument("--mean-reply", type=float, default=40.0, help="a random model's mean reply length (eos tilt)")
     ap.add_argument("--context", type=int, default=2048, help="sampler max_total_len and episode token budget")
     ap.add_argument("--sandbox", default="auto")
     args = ap.parse_args(argv)
@@ -159,23 +170,39 @@ def main(argv: list[str] | None = None) -> int:
     specs = [EpisodeSpec(names[i % len(names)], load_seed_source(names[i % len(names)]), 1000 + i, cond,
                          env_hint=True, kind=kinds[names[i % len(names)]])
              for cond in ("hint", "no_hint") for i in range(half)]  # fmt: skip
-    cfg = RolloutConfig(max_turns=args.turns, max_new_tokens_per_turn=max(LENGTHS), max_episode_tokens=args.context)
+    cfg = RolloutConfig(max_turns=args.turns, max_new_tokens_per_turn=args.max_new_tokens,
+                        max_episode_tokens=args.context)  # fmt: skip
     t = time.perf_counter()
     pool = HostPool(num_workers=args.workers, sandbox=SandboxConfig(level=args.sandbox))
     console.print(f"host pool: {args.workers} workers, sandbox level {pool.level} ({time.perf_counter() - t:.2f} s); "
-                  f"{len(specs)} episodes on {', '.join(names)}, <= {args.turns} turns, replies <= {LENGTHS} "
-                  f"tokens; continuous engine: {args.slots} decode slots, chunks of {args.chunk} steps")  # fmt: skip
+                  f"{len(specs)} episodes on {', '.join(names)}, <= {args.turns} turns, replies <= "
+                  f"{args.max_new_tokens} tokens; continuous engine: {args.slots} decode slots, chunks of "
+                  f"{args.chunk} steps")  # fmt: skip
     rows = []
     try:
         for model_name in args.models.split(","):
-            _, model, tok = load_model(model_name)
-            console.print(f"[bold]{model_name}[/bold]")
+            preset, model, tok = load_model(model_name)
+            tilted = ""
+            if model_name.startswith("tiny"):  # random weights: replies would never end before the budget
+                probe = Sampler(model, tok, max_total_len=args.context, min_reuse=0)
+                first = dataclasses.replace(cfg, max_turns=1)
+
+                def measure(m: Any, probe: Any = probe, tok: Any = tok, first: Any = first) -> float:
+                    probe.update_model(m)
+                    engine = RolloutEngine(pool, ModelPolicy(probe, tok, temperature=0.6, seed=2), tok, first)
+                    eps = engine.run(specs).kept
+                    engine.close()
+                    return sum(len(e.completion_ids) for e in eps) / max(len(eps), 1)
+
+                reached = tilt_eos(model, tok, args.mean_reply, measure)
+                tilted = f" (random weights, eos tilted: {reached:.1f} tokens a reply on average)"
+            console.print(f"[bold]{model_name}[/bold]{tilted}")
             common = dict(max_total_len=args.context, chunk_steps=args.chunk)
             base = Sampler(model, tok, min_reuse=0, shrink_batch=False, **common)
-            policy = mixed_lengths(ModelPolicy)(base, tok, temperature=0.6, seed=1)
+            policy = ModelPolicy(base, tok, temperature=0.6, seed=1)
             rows.append((model_name, play("per-turn", per_turn_engine(), policy, base, pool, tok, cfg, specs, console)))
-            cont = Sampler(model, tok, decode_slots=args.slots, **common)
-            policy = mixed_lengths(ModelPolicy)(cont, tok, temperature=0.6, seed=1)
+            cont = Sampler(model, tok, decode_slots=args.slots, batch_buckets=BUCKETS, **common)
+            policy = ModelPolicy(cont, tok, temperature=0.6, seed=1)
             rows.append((model_name, play("continuous", RolloutEngine, policy, cont, pool, tok, cfg, specs, console)))
             del base, cont
     finally:
@@ -191,8 +218,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"{r['wall_s']:.1f}", f"{r['policy_share']:.0%}", f"{r['compile_s']:.1f}")  # fmt: skip
     console.print(table)
     for model_name, r in rows:
-        if r["stats"]:
-            console.print(f"{model_name} {r['engine']} engine events: {r['stats']}")
+        if r["failures"]:
+            console.print(f"{model_name} {r['engine']}: failures {r['failures']}")
+        console.print(f"{model_name} {r['engine']}: engine events {r['stats']}; compiled programs {r['programs']}")
     return 0
 
 

@@ -124,7 +124,7 @@ class DecodeEngine:
                 self._make_room(fresh, cont, max(p_fresh, p_cont))
                 self._admit_fresh(fresh, p_fresh)
                 self._admit_continued(cont, q, p_cont)
-            return self._decode()
+            return self._decode(expect)
         except BaseException:
             self.cancel()
             raise
@@ -366,14 +366,14 @@ class DecodeEngine:
                 del self.parked[b]
 
     # --------------------------------------------------------------------------------------------- decode
-    def _decode(self) -> list[Request]:
+    def _decode(self, expect: int) -> list[Request]:
         rt, rows, b = self.rt, self.rows, self.rows.batch
         live = rows.live()
         remaining = max(int(rows.budget[i] - rows.generated[i]) for i in live)
         n_steps = min(self.chunk_steps, self.cache.length - self.column, remaining)
         exit_done = b
-        if self.queue:  # let queued requests in once a few rows are done
-            exit_done = min(b, int(rows.done.sum()) + max(1, min(len(self.queue), b // 8)))
+        if self.queue or expect:  # requests wait for slots: hand the finished rows back once a few are done
+            exit_done = min(b, int(rows.done.sum()) + max(1, min(len(self.queue) + expect, b // 8)))
         mode = rows.mode()
         state = rows.state(rt.put_rows, rt.put, self.logits, self.column)
         consts = rows.consts(rt.put_rows)
