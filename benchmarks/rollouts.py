@@ -127,6 +127,8 @@ def play(name: str, engine_cls: type, policy: Any, sampler: Any, pool: Any, tok:
     engine.close()
     slots, tokens = sampler.slot_steps - slots0, sampler.tokens_generated - tokens0
     st = res.stats()
+    console.print(f"  {name}: {st['episodes_per_s']:.3f} episodes/s, utilisation {tokens / max(slots, 1):.1%} "
+                  f"({tokens} tokens / {slots} slot-steps), {res.wall_s:.1f} s")  # fmt: skip
     return {
         "engine": name, "episodes/s": st["episodes_per_s"], "utilisation": tokens / max(slots, 1), "tokens": tokens,
         "slot_steps": slots, "wall_s": res.wall_s, "turns/ep": st.get("turns_mean", 0.0),

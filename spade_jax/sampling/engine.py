@@ -62,6 +62,11 @@ class _Parked:
     order: int
 
 
+def _pow2(n: int, smallest: int) -> int:
+    """The smallest power of two >= max(n, smallest)."""
+    return 1 << (max(n, smallest) - 1).bit_length()
+
+
 def _lcp(a: list[int], b: list[int]) -> int:
     """Length of the common prefix of two token lists (list compares run in C)."""
     n = min(len(a), len(b))
@@ -82,6 +87,8 @@ class DecodeEngine:
                  cache_growth: bool = True, min_reuse: int = 64, shrink_batch: bool = True):  # fmt: skip
         self.rt, self.tokenizer, self.prefill = runtime, tokenizer, prefiller
         self.batch_buckets, self.prompt_buckets = tuple(batch_buckets), tuple(prompt_buckets)
+        # rows of an admission's prefill: the powers of two among the batch buckets (and the largest)
+        self.admit_buckets = tuple(b for b in self.batch_buckets if b & (b - 1) == 0 or b == self.batch_buckets[-1])
         self.cache_buckets = tuple(cache_buckets)
         self.chunk_steps, self.cache_growth, self.min_reuse = int(chunk_steps), cache_growth, int(min_reuse)
         self.shrink_batch = shrink_batch
@@ -224,11 +231,12 @@ class DecodeEngine:
         return bk.pick(self.prompt_buckets, n)
 
     def _continue_buckets(self, cont: list[tuple[Request, int, int]]) -> tuple[int, int]:
-        """(new-token bucket Q, block length P >= reused + Q for every row) of the continued admissions."""
+        """(new-token bucket Q, block length P >= reused + Q for every row) of the continued admissions, powers
+        of two (their programs are keyed by both, and by the rows: coarse steps keep them few)."""
         if not cont:
             return 0, 0
-        q = self._prompt_bucket(max(len(r.prompt) - m for r, _, m in cont))
-        return q, self._prompt_bucket(max(m for _, _, m in cont) + q)
+        q = _pow2(max(len(r.prompt) - m for r, _, m in cont), 32)
+        return q, _pow2(max(m for _, _, m in cont) + q, 64)
 
     def _start(self, fresh: list[tuple[Request, int]], p: int) -> None:
         """A fresh start (no row running, none reused): one prefill of every slot (free ones as padding) makes
@@ -268,7 +276,7 @@ class DecodeEngine:
         if not fresh:
             return
         rows, t = self.rows, self.column
-        nb = bk.pick(self.batch_buckets, len(fresh))
+        nb = bk.pick(self.admit_buckets, len(fresh))
         tokens = np.zeros((nb, p), np.int32)
         pad = np.full((nb,), p - 1, np.int32)
         dest = np.full((nb,), rows.batch, np.int32)  # padding rows go nowhere
@@ -289,7 +297,7 @@ class DecodeEngine:
         if not cont:
             return
         rt, rows, t = self.rt, self.rows, self.column
-        nb = bk.pick(self.batch_buckets, len(cont))
+        nb = bk.pick(self.admit_buckets, len(cont))
         tokens = np.zeros((nb, q), np.int32)
         reused, new = np.zeros(nb, np.int32), np.ones(nb, np.int32)
         dest = np.full((nb,), rows.batch, np.int32)

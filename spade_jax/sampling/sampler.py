@@ -5,8 +5,10 @@ continuous-batching decode engine (engine.py).
 interleave their own work with decoding (the agent's rollouts) use `submit` / `step` / `cancel` directly, with
 settings of their own per request (rows of different temperatures, filters, stops and budgets share the
 batch). A request's random stream is its own (`seed`, `index`): in `generate` prompt i of a call draws from
-stream i of params.seed, whichever rows it shares the batch with. Compiled programs are keyed by shapes
-(batch bucket, prompt bucket, cache length, sampling mode); `compile_count` counts them.
+stream i of params.seed, whichever rows it shares the batch with. At most `decode_slots` rows decode together
+(the largest batch bucket); `shrink_batch=False` keeps a call's batch whole until its last row ends (the
+per-turn baseline of benchmarks/rollouts.py). Compiled programs are keyed by shapes (batch bucket, prompt
+bucket, cache length, sampling mode); `compile_count` counts them.
 
 Length policy: `max_total_len` bounds prompt + completion per row. A prompt that leaves no room raises a
 ValueError naming the lengths (`overflow="error"`, the default: silently dropping the start of an RL prompt,
