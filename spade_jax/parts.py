@@ -84,7 +84,7 @@ def _sampler(model: Any, tokenizer: Any, cfg: RunConfig, mesh: Any, hosts: Hosts
 
         mesh = make_mesh({"data": -1}, devices=jax.local_devices())
         model = local_replica(model, mesh)
-    return Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len)
+    return Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len, decode_slots=cfg.decode_slots)
 
 
 def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: Any, pool: Any, mesh: Any,

@@ -85,6 +85,7 @@ class RunConfig:
     dtype: str = "float32"
     mesh: str = ""  # e.g. "data=2,fsdp=4,tensor=1"; empty: all devices on fsdp
     max_total_len: int = 4096  # sampler context (prompt + completion)
+    decode_slots: int = 64  # rows the sampler decodes together at most (its continuous-batching slots)
     num_workers: int = 4  # sandboxed environment workers on this host
     sessions_per_worker: int = 8  # episodes one worker serves at once (each in its own process and uid)
     sandbox: str = "auto"  # auto | gvisor | bwrap | process
@@ -102,6 +103,8 @@ class RunConfig:
             raise ValueError(f"num_workers={self.num_workers}; expected >= 1")
         if self.sessions_per_worker < 1:
             raise ValueError(f"sessions_per_worker={self.sessions_per_worker}; expected >= 1")
+        if self.decode_slots < 1:
+            raise ValueError(f"decode_slots={self.decode_slots}; expected >= 1")
         if not self.call_timeout_s > 0:
             raise ValueError(f"call_timeout_s={self.call_timeout_s}; expected > 0")
 

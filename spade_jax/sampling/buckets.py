@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
+from typing import Any
 
 DEFAULT_BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64)
 
@@ -34,3 +35,17 @@ def split_batch(n: int, buckets: Sequence[int]) -> list[tuple[int, int]]:
     """Cuts n rows into (start, stop) pieces of at most the largest batch bucket."""
     step = buckets[-1]
     return [(i, min(i + step, n)) for i in range(0, n, step)]
+
+
+def batch_buckets(buckets: Sequence[int], slots: int | None = None, mesh: Any = None) -> tuple[int, ...]:
+    """The batch buckets up to `slots` rows (slots itself the largest; None: the largest given), each rounded up
+    to a multiple of the mesh's data axes so the batch really splits."""
+    out = sorted(set(buckets))
+    if slots is not None:
+        out = sorted({b for b in out if b < slots} | {slots})
+    if mesh is not None:
+        import numpy as np
+
+        n = int(np.prod([mesh.shape[a] for a in ("data", "fsdp", "expert") if a in mesh.shape]))
+        out = sorted({-(-b // n) * n for b in out})
+    return tuple(out)

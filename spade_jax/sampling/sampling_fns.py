@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 MODES = ("greedy", "sample", "top_k", "top_p", "top_k_top_p")
 _BLOCK = 256
@@ -117,15 +118,16 @@ def keep_mask(weights: jax.Array, top_k: jax.Array | None, top_p: jax.Array | No
     return (weights >= t[:, None]) & (weights > 0)
 
 
-def sample(
-    logits: jax.Array,
-    u: jax.Array,
-    temperature: jax.Array,
-    top_k: jax.Array | None = None,
-    top_p: jax.Array | None = None,
-) -> tuple[jax.Array, jax.Array, jax.Array]:
-    """Draws from softmax(logits / temperature), truncated by top-k / top-p when given; u: uniform [B]."""
-    z = (logits - jnp.max(logits, axis=-1, keepdims=True)) / temperature
+def _row(x: jax.Array | float, dtype) -> jax.Array:
+    """A per-row setting as a column [B, 1] (a scalar stays a scalar)."""
+    x = jnp.asarray(x, dtype)
+    return x[:, None] if x.ndim == 1 else x
+
+
+def _draw_filtered(logits, u, temperature, top_k, top_p) -> tuple[jax.Array, jax.Array]:
+    """(tokens, log-prob under the drawn distribution) for softmax(logits / temperature), truncated by top-k /
+    top-p when given (scalars or per-row [B])."""
+    z = (logits - jnp.max(logits, axis=-1, keepdims=True)) / _row(temperature, jnp.float32)
     weights = jnp.exp(z)
     if top_k is not None or top_p is not None:
         top_k = None if top_k is None else jnp.asarray(top_k, jnp.int32)
@@ -133,15 +135,43 @@ def sample(
         weights = jnp.where(keep_mask(weights, top_k, top_p), weights, 0.0)
     tokens, total = draw(weights, u)
     z_tok = jnp.take_along_axis(z, tokens[:, None], axis=-1)[:, 0]
-    return tokens, z_tok - jnp.log(total), raw_logprob(logits, tokens)
+    return tokens, z_tok - jnp.log(total)
 
 
-def pick(mode: str, logits: jax.Array, key: jax.Array, temperature, top_k, top_p):
-    """Dispatches on the static mode; key: one PRNG key for this step (rows get independent uniforms)."""
+def sample(
+    logits: jax.Array,
+    u: jax.Array,
+    temperature: jax.Array,
+    top_k: jax.Array | None = None,
+    top_p: jax.Array | None = None,
+) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Draws from softmax(logits / temperature), truncated by top-k / top-p when given; u: uniform [B]. The
+    settings are scalars or per row ([B])."""
+    tokens, lp = _draw_filtered(logits, u, temperature, top_k, top_p)
+    return tokens, lp, raw_logprob(logits, tokens)
+
+
+def pick(mode: str, logits: jax.Array, u: jax.Array | None, temperature, top_k, top_p, greedy_rows=None):
+    """Dispatches on the static mode; u: one uniform per row (unused when greedy). The settings are per row
+    ([B]) or scalars; `greedy_rows` (bool [B]) marks rows decoded by argmax inside a sampling mode, so rows of
+    different settings share one program (a row's result does not depend on the mode it runs under)."""
     if mode == "greedy":
         return greedy(logits)
     if mode not in MODES:
         raise ValueError(f"unknown sampling mode {mode!r}; expected one of {MODES}")
-    u = jax.random.uniform(key, logits.shape[:1], jnp.float32)
     use_k, use_p = "top_k" in mode, "top_p" in mode
-    return sample(logits, u, temperature, top_k if use_k else None, top_p if use_p else None)
+    tokens, lp = _draw_filtered(logits, u, temperature, top_k if use_k else None, top_p if use_p else None)
+    if greedy_rows is not None:
+        tokens = jnp.where(greedy_rows, argmax(logits), tokens)
+        lp = jnp.where(greedy_rows, 0.0, lp)
+    return tokens, lp, raw_logprob(logits, tokens)
+
+
+def mode_of_rows(greedy_rows, top_k_rows, top_p_rows) -> str:
+    """The one mode that serves every row (host arrays): greedy when all are, else the union of the filters."""
+    greedy_rows = np.asarray(greedy_rows, bool)
+    if greedy_rows.all():
+        return "greedy"
+    top_k = np.asarray(top_k_rows)[~greedy_rows]
+    top_p = np.asarray(top_p_rows)[~greedy_rows]
+    return mode_of(False, int(top_k.max()), float(top_p.min()))

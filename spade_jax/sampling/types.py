@@ -9,7 +9,8 @@ FINISH_REASONS = ("eos", "stop_string", "length", "context")
 
 @dataclass
 class SamplingParams:
-    """Decoding settings for one `Sampler.generate` call (every row of the call shares them).
+    """Decoding settings of a `Sampler.generate` call (every row of the call shares them) or of one request
+    (`Sampler.submit`: rows of different settings share the engine's batch).
 
     temperature <= 0 or greedy=True means argmax decoding. top_k=0 and top_p=1.0 switch those filters off.
     Generation of a row stops at any tokenizer eos id, any of `stop_token_ids`, a stop string, `max_new_tokens`,

@@ -1,11 +1,18 @@
-"""Batched multi-turn agent episodes: all live episodes advance together, one sampler call per turn.
+"""Multi-turn agent episodes that never wait for each other: each episode's next turn goes to the policy as
+soon as its environment has answered, and the policy answers each reply as soon as it is done.
 
-Each turn the conversations of every live episode go to the policy in ONE call (token-in, token-out: the
-engine keeps each episode's exact token sequence, so what the learner trains on is what the sampler saw),
-the replies go to the host pool in parallel, and finished episodes drop out (a session owns a sandbox
-worker, so at most `pool.num_workers` episodes are live; waiting ones start as workers free up). Per
-episode it records the token ids of every turn, the loss mask (1 only on tokens the policy produced), the
-sampler log-probs, the rewards and return, the condition (hint / no_hint) and the environment id.
+The loop runs in ticks (`_play_all`). A tick: (1) one policy step (`poll`: for the model, admissions plus one
+compiled decode chunk on the sampler's continuous-batching engine), while the environment work dispatched at
+the previous tick runs in threads; (2) that work is collected (waiting for it if need be) and folded into its
+episodes; (3) the replies of step 1 are recorded and their env steps dispatched; (4) waiting episodes start
+in freed sessions (dispatched too); (5) the next turns of the episodes collected in step 2 are submitted, in
+episode order. Every hand-over happens at a fixed tick whatever the threads' timing, so a run is exactly
+reproducible. A policy with only `act` (e.g. `ScriptedPolicy`) answers everything submitted at the next tick.
+Token-in, token-out: the engine keeps each episode's exact token sequence, so what the learner trains on is
+what the sampler saw. A session owns a sandbox worker, so at most `pool.capacity` (else `pool.num_workers`)
+episodes hold one; waiting ones start as sessions free up. Per episode it records the token ids of every
+turn, the loss mask (1 only on tokens the policy produced), the sampler log-probs, the rewards and return,
+the condition (hint / no_hint) and the environment id.
 
 Returns and wins follow `spade_jax.envs.outcome.episode_outcome`: the terminal reward, clipped to [-1, 1],
 counted only when the environment terminated the episode; 0 (and never a win) when it was truncated by the
@@ -27,7 +34,9 @@ hint contains the answer (`EnvSession.leaks`, run inside the sandbox); a leak ma
 counts as not leaked; after a failed call the episode is reopened and reset with the same seed (the worker
 may have killed it), and plays on.
 
-Failure handling: a reply in the wrong format is the environment's business (it answers with a reminder);
+Failure handling: an exception in the loop (the policy's, an interrupt) cancels the policy's pending requests,
+waits for the dispatched environment work and closes every session before it propagates. A reply in the
+wrong format is the environment's business (it answers with a reminder);
 context overflow ends the episode cleanly ('context', return 0); a step that times out ends it with
 `end_reason="timeout"` (return 0): the hang is the environment's fault, so the self-play step never trains the
 agent on it and gives the designer the timeout reward instead; any other sandbox failure discards the episode
@@ -39,9 +48,10 @@ The policy is pluggable (see policies.py): `ModelPolicy` samples from the model;
 
 from __future__ import annotations
 
+import collections
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
@@ -50,7 +60,7 @@ from spade_jax.selfplay.audit import reward_violation
 from spade_jax.selfplay.config import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
 from spade_jax.selfplay.episodes import HINT, NO_HINT, Episode, EpisodeSpec, RolloutResult
 from spade_jax.selfplay.hints import inject_hint
-from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest
+from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest, as_stream
 
 __all__ = [
     "HINT",
@@ -108,9 +118,9 @@ class RolloutEngine:
         self.pool, self.policy, self.tokenizer, self.config = pool, policy, tokenizer, config
         self.budget = min(config.max_episode_tokens, max_context or config.max_episode_tokens)
         self.hint_template = hint_template
-        workers = getattr(pool, "num_workers", None)
+        workers = getattr(pool, "capacity", getattr(pool, "num_workers", None))
         self.max_live = max(1, int(max_live or workers or 16))
-        if workers is not None:  # a session holds its worker: more live episodes than workers would deadlock
+        if workers is not None:  # a session holds its worker: more live episodes than sessions would deadlock
             self.max_live = min(self.max_live, int(workers))
         self._executor = ThreadPoolExecutor(max_workers=self.max_live, thread_name_prefix="rollout")
         if config.action_parsing not in ACTION_PARSINGS:
@@ -168,7 +178,7 @@ class RolloutEngine:
         """Plays every spec to the end; discarded episodes are returned flagged, never raised.
 
         At most `max_live` episodes hold a sandbox at once (a session owns its worker); as episodes finish,
-        their workers go back to the pool and waiting episodes start, joining the next sampler call.
+        their workers go back to the pool and waiting episodes start, in spec order.
         """
         t_start = time.perf_counter()
         result = RolloutResult(episodes=[])
@@ -182,67 +192,80 @@ class RolloutEngine:
         return result
 
     def _play_all(self, lives: list[_Live], result: RolloutResult) -> None:
-        """The turn loop of `run`: starts waiting episodes as workers free up, steps the live ones together."""
-        waiting = list(reversed(lives))
-        live: list[_Live] = []
-        while True:
-            if waiting and len(live) < self.max_live:
-                batch = [waiting.pop() for _ in range(min(self.max_live - len(live), len(waiting)))]
+        """The tick loop of `run` (see module doc)."""
+        stream = as_stream(self.policy)
+        waiting = collections.deque(lives)
+        holding = 0  # episodes holding (or opening) a session
+        starting: list[tuple[_Live, Future]] = []
+        stepping: list[tuple[_Live, TurnReply, Future]] = []
+        try:
+            while waiting or holding:
+                replies = []
+                if stream.pending:
+                    t = time.perf_counter()
+                    replies = stream.poll(expect=len(starting) + len(stepping))
+                    result.policy_s += time.perf_counter() - t
+                    result.turns += bool(replies)
                 t = time.perf_counter()
-                started = list(self._executor.map(self._start, batch))
-                result.pool_s += time.perf_counter() - t
-                for lv, ok in zip(batch, started):
-                    if ok:
-                        live.append(lv)
-                    else:
-                        result.failures[lv.ep.error or "start"] += 1
-                        self._release([lv])
-                continue
-            if not live:
-                break
-            requests, done = [], []
-            for lv in live:
-                max_new = min(self.config.max_new_tokens_per_turn, self.budget - lv.total_tokens)
-                if self.tokenizer is not None and max_new < min(
-                    self.config.min_turn_tokens, self.config.max_new_tokens_per_turn
-                ):
-                    if lv.ep.turns == 0:  # the first observation alone does not fit: nothing to learn from
-                        result.failures["context"] += 1
-                        self._discard(
-                            lv, "context", f"first prompt has {lv.total_tokens} tokens (budget {self.budget})"
-                        )
-                    else:
-                        self._finish(lv, "context")
-                    done.append(lv)
-                    continue
-                stops = self.config.tool_stop_strings if lv.spec.kind == "tool" else ()
-                requests.append(TurnRequest(lv.index, lv.ep.prompt_ids + lv.ep.completion_ids, lv.ep.messages,
-                                            max_new, stops, lv.spec, lv.ep.hint, lv.ep.turns,
-                                            lv.ep.tools))  # fmt: skip
-            stepping = []
-            if requests:
-                t = time.perf_counter()
-                replies = self.policy.act(requests)
-                result.policy_s += time.perf_counter() - t
-                result.turns += 1
-                by_index = {lv.index: lv for lv in live}
-                for req, reply in zip(requests, replies):
-                    lv = by_index[req.index]
+                ready, done = self._collect(starting, stepping, result)
+                starting, stepping = [], []
+                for req, reply in replies:
+                    lv = lives[req.index]
                     self._record_reply(lv, reply)
                     if reply.finish_reason == "context":  # the sampler ran out of room mid-reply: end cleanly
                         self._finish(lv, "context")
                         done.append(lv)
                     else:
-                        stepping.append((lv, reply))
-            t = time.perf_counter()
-            steps = list(self._executor.map(lambda a: a[0].session.step(self._action(a[0], a[1].text)), stepping))
-            for (lv, reply), res in zip(stepping, steps):
-                if not self._apply_step(lv, reply, res, result):
-                    done.append(lv)
-            self._release(done)
-            result.pool_s += time.perf_counter() - t
-            finished = {id(lv) for lv in done}
-            live = [lv for lv in live if id(lv) not in finished]
+                        action = self._action(lv, reply.text)
+                        stepping.append((lv, reply, self._executor.submit(lv.session.step, action)))
+                requests = self._next_turns(sorted(ready, key=lambda lv: lv.index), done, result)
+                self._release(done)
+                holding -= len(done)
+                while waiting and holding < self.max_live:
+                    lv = waiting.popleft()
+                    starting.append((lv, self._executor.submit(self._start, lv)))
+                    holding += 1
+                result.pool_s += time.perf_counter() - t
+                if requests:
+                    stream.submit(requests)
+        except BaseException:
+            wait([f for *_, f in starting + stepping])
+            raise
+        finally:  # nothing is left on the policy's engine, and it keeps nothing for the next run
+            stream.cancel()
+
+    def _collect(self, starting: list, stepping: list, result: RolloutResult) -> tuple[list[_Live], list[_Live]]:
+        """Folds the environment work of the last tick into its episodes: (ready for a turn, over)."""
+        ready, done = [], []
+        for lv, fut in starting:
+            if fut.result():
+                ready.append(lv)
+            else:
+                result.failures[lv.ep.error or "start"] += 1
+                done.append(lv)
+        for lv, reply, fut in stepping:
+            (ready if self._apply_step(lv, reply, fut.result(), result) else done).append(lv)
+        return ready, done
+
+    def _next_turns(self, ready: list[_Live], done: list[_Live], result: RolloutResult) -> list[TurnRequest]:
+        """The next turn of each ready episode; those whose context has no room left end here (added to done)."""
+        requests = []
+        for lv in ready:
+            max_new = min(self.config.max_new_tokens_per_turn, self.budget - lv.total_tokens)
+            if self.tokenizer is not None and max_new < min(
+                self.config.min_turn_tokens, self.config.max_new_tokens_per_turn
+            ):
+                if lv.ep.turns == 0:  # the first observation alone does not fit: nothing to learn from
+                    result.failures["context"] += 1
+                    self._discard(lv, "context", f"first prompt has {lv.total_tokens} tokens (budget {self.budget})")
+                else:
+                    self._finish(lv, "context")
+                done.append(lv)
+                continue
+            stops = self.config.tool_stop_strings if lv.spec.kind == "tool" else ()
+            requests.append(TurnRequest(lv.index, lv.ep.prompt_ids + lv.ep.completion_ids, lv.ep.messages, max_new,
+                                        stops, lv.spec, lv.ep.hint, lv.ep.turns, lv.ep.tools))  # fmt: skip
+        return requests
 
     def _action(self, lv: _Live, text: str) -> str:
         """What step() receives for a reply (see RolloutConfig.action_parsing; tool episodes always get the text)."""
