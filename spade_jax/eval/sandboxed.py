@@ -131,7 +131,8 @@ class SandboxRunner:
             config = SandboxConfig(level=level, call_timeout_s=call_timeout_s, max_return_bytes=max_return_bytes)
             pool = HostPool(workers, sandbox=config)
         self.pool = pool
-        self.capacity = int(getattr(pool, "num_workers", workers))  # each open session holds one worker
+        # each open session holds one of the pool's session slots (workers x sessions per worker)
+        self.capacity = int(getattr(pool, "capacity", getattr(pool, "num_workers", workers)))
         self.level = str(getattr(pool, "level", getattr(getattr(pool, "sandbox", None), "level", level)))
 
     def open(self, source: str, env_kwargs: dict | None = None) -> Any:

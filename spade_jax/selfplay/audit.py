@@ -84,7 +84,7 @@ class Auditor:
 
     def __init__(self, pool: EnvPool, *, random_plays: int = 3, max_turns: int = 25, max_workers: int | None = None):
         self.pool, self.random_plays, self.max_turns = pool, int(random_plays), int(max_turns)
-        workers = max_workers or getattr(pool, "num_workers", None) or 4
+        workers = max_workers or getattr(pool, "capacity", getattr(pool, "num_workers", None)) or 4
         self._executor = ThreadPoolExecutor(max_workers=max(1, int(workers)), thread_name_prefix="audit")
 
     def run(self, envs: Sequence[tuple]) -> dict[str, AuditResult]:
