@@ -16,7 +16,7 @@ model emits eos (a random model, e.g. `tiny-smollm`, gets its eos embedding tilt
 Each engine plays the episodes once to compile, then again (the same seeds, so the same shapes) for the
 figures: episodes/s and slot utilisation (useful generated tokens / decode slot-steps computed). Usage:
 
-    python benchmarks/rollouts.py [--models tiny-smollm,smollm2-135m] [--episodes 64] [--workers 64]
+    python benchmarks/rollouts.py [--models tiny-smollm,smollm2-135m] [--episodes 64] [--workers 8] [--sessions 8]
                                   [--slots 64] [--turns 4] [--envs number_target,secret_word,...]
                                   [--sandbox auto] [--chunk 32]
 """
@@ -143,7 +143,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--models", default="tiny-smollm,smollm2-135m")
     ap.add_argument("--envs", default=ENVS, help="seed environments, dealt to the episodes in turn")
     ap.add_argument("--episodes", type=int, default=64, help="concurrent episodes (half hinted, half not)")
-    ap.add_argument("--workers", type=int, default=64, help="sandbox workers (a session holds one)")
+    ap.add_argument("--workers", type=int, default=8, help="sandbox workers")
+    ap.add_argument("--sessions", type=int, default=8, help="episodes one sandbox worker serves at once")
     ap.add_argument("--slots", type=int, default=64, help="decode slots of the continuous engine")
     ap.add_argument("--turns", type=int, default=4, help="max turns per episode")
     ap.add_argument("--chunk", type=int, default=32, help="decode steps per compiled chunk")
@@ -175,8 +176,11 @@ def main(argv: list[str] | None = None) -> int:
     cfg = RolloutConfig(max_turns=args.turns, max_new_tokens_per_turn=args.max_new_tokens,
                         max_episode_tokens=args.context)  # fmt: skip
     t = time.perf_counter()
-    pool = HostPool(num_workers=args.workers, sandbox=SandboxConfig(level=args.sandbox))
-    console.print(f"host pool: {args.workers} workers, sandbox level {pool.level} ({time.perf_counter() - t:.2f} s); "
+    pool = HostPool(
+        num_workers=args.workers, sandbox=SandboxConfig(level=args.sandbox), sessions_per_worker=args.sessions
+    )
+    console.print(f"host pool: {args.workers} workers x {args.sessions} sessions, sandbox level {pool.level} "
+                  f"({time.perf_counter() - t:.2f} s); "
                   f"{len(specs)} episodes on {', '.join(names)}, <= {args.turns} turns, replies <= "
                   f"{args.max_new_tokens} tokens; continuous engine: {args.slots} decode slots, chunks of "
                   f"{args.chunk} steps")  # fmt: skip
@@ -210,7 +214,10 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         pool.close()
 
-    table = Table(title=f"agent rollouts: {len(specs)} concurrent episodes, {args.workers} sandbox workers")
+    table = Table(
+        title=f"agent rollouts: {len(specs)} concurrent episodes, "
+        f"{args.workers} sandbox workers x {args.sessions} sessions"
+    )
     for col in ("model", "engine", "episodes/s", "speed-up", "utilisation", "tokens", "slot-steps", "turns/ep",
                 "wall s", "sampler share", "compile s"):  # fmt: skip
         table.add_column(col, justify="right")
