@@ -5,7 +5,10 @@ each in its own time, tagged with the `rid`, and one reader thread per sandbox h
 waiting for it. So a session whose call hangs never delays another's: the zygote kills that episode alone at the
 call's deadline. Writes are whole frames under a lock. A sandbox that stops answering altogether (the host-side
 deadline, call timeout + grace, passes) or dies is killed, and every call waiting on it, of any session, comes
-back `crashed` (the one that waited too long: `timeout`). Never raises: failures are `CallResult`s.
+back `crashed` (the one that waited too long: `timeout`); the kill is logged once with its reason. The grace is
+longer on a sandbox that serves several sessions (`SHARED_GRACE_S` more): the zygote keeps each call's own
+deadline, so the host's only catches a zygote that stopped answering, and on a loaded machine a slow answer must
+not cost every session on the sandbox. Never raises: failures are `CallResult`s.
 
 The sandbox's cgroup bound is shared by its sessions. With one session on it, going over it during a call is that
 call's `memory` failure (as with one session per sandbox). With several, the kernel's kill (of whichever episode
@@ -16,6 +19,7 @@ and every session on it gets `crashed`, saying why.
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from typing import Any
@@ -24,7 +28,10 @@ from spade_jax.envs import protocol
 from spade_jax.envs.replies import CallResult, from_reply
 from spade_jax.envs.sandbox import Launcher, start_worker
 
+log = logging.getLogger(__name__)
+
 FOREVER_S = 3600.0  # the reader's wait per frame when no call is due (it is woken by kill())
+SHARED_GRACE_S = 5.0  # more host-side grace (plus the call's timeout again) where several sessions share a sandbox
 
 
 class _Waiter:
@@ -43,6 +50,7 @@ class SandboxWorker:
         self.proc, self.facts = start_worker(launcher)
         self.proc.own_channel()
         self.limit = launcher.config.max_return_bytes + 65536
+        self.shared = launcher.sessions > 1  # may serve several sessions at once
         self.dead = ""  # why it can no longer serve
         self.sessions = 0
         self.retired = False  # taken out of the pool (counted once)
@@ -65,6 +73,8 @@ class SandboxWorker:
 
     def kill(self, why: str) -> None:
         """Kills the sandbox (every session on it), then closes its channel once no thread of ours uses it."""
+        if not self.dead and why != "pool closed" and self.proc.popen.poll() is None:
+            log.warning("sandbox worker killed (%d session(s) on it): %s", self.sessions, why)
         self.dead = self.dead or why
         with self._kill_lock:
             self.proc.kill()
@@ -111,7 +121,8 @@ class SandboxWorker:
             data = protocol.encode({**msg, "rid": rid, "timeout": timeout})
         except (TypeError, ValueError) as e:
             return CallResult.failure("exception", f"{what}: arguments are not JSON-safe ({e})")
-        deadline = time.monotonic() + timeout + 1.0 + 0.25 * timeout
+        grace = 1.0 + 0.25 * timeout + ((SHARED_GRACE_S + timeout) if self.shared else 0.0)
+        deadline = time.monotonic() + timeout + grace
         bounds = self.proc.bound_events()
         waiter = _Waiter()
         with self._lock:
