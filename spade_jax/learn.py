@@ -69,7 +69,7 @@ def train_on(parts: Any, batch: SelfPlayBatch) -> dict[str, float]:
             stats[f"train/{name}_samples"] = float(sum(s.role == role for s in samples))
     if not samples:
         return {**stats, "train/skipped": 1.0}
-    if parts.learner.config.lr == 0:  # a control run (benchmarks/learning.py): AdamW at lr 0 moves no parameter,
+    if parts.cfg.learner.lr == 0:  # a control run (benchmarks/learning.py): AdamW at lr 0 moves no parameter,
         return {**stats, "train/skipped": 0.0, "train/frozen": 1.0}  # so the step's forward and backward are spared
     t0 = time.perf_counter()
     tb = pack_sequences(samples, length_buckets=buckets, pad_id=getattr(parts.tokenizer, "pad_id", None) or 0)

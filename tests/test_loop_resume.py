@@ -1,7 +1,7 @@
 """The whole loop on a tiny model, and exact resume: `kill -9` mid-run, `--resume`, same metrics as a clean run.
 
-Uses a fixed pool holding one environment whose reward a random policy gets half the time, so every step
-really trains (the metrics then depend on the params, the optimizer state and every RNG being restored).
+Uses a fixed pool holding one environment whose reward a random policy gets half the time, so the steps around
+the kill train (the metrics then depend on the params, the optimizer state and every RNG being restored).
 """
 
 from __future__ import annotations
@@ -47,7 +47,9 @@ def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path, clean
     env = ENV
     reference = metrics(clean_run)
     assert [r["step"] for r in reference] == [1, 2, 3]
-    assert all(r["train/skipped"] == 0.0 for r in reference), "every step should train (reward varies)"
+    # step 1 trains (the checkpoint holds an update and Adam's moments), and so does the replayed step 3 (its
+    # metrics then depend on the restored parameters, optimizer state and streams); step 2 may draw an all-won group
+    assert reference[0]["train/skipped"] == 0.0 and reference[-1]["train/skipped"] == 0.0, "steps 1 and 3 train"
 
     proc = subprocess.Popen(
         _cmd(crashed, pool_dir), env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL

@@ -34,6 +34,11 @@ FOREVER_S = 3600.0  # the reader's wait per frame when no call is due (it is wok
 SHARED_GRACE_S = 5.0  # more host-side grace (plus the call's timeout again) where several sessions share a sandbox
 
 
+def host_grace_s(timeout: float, shared: bool) -> float:
+    """How long past a call's own timeout the host waits for the zygote's answer before killing the sandbox."""
+    return 1.0 + 0.25 * timeout + ((SHARED_GRACE_S + timeout) if shared else 0.0)
+
+
 class _Waiter:
     """One call waiting for its reply (None: the channel closed first)."""
 
@@ -121,8 +126,7 @@ class SandboxWorker:
             data = protocol.encode({**msg, "rid": rid, "timeout": timeout})
         except (TypeError, ValueError) as e:
             return CallResult.failure("exception", f"{what}: arguments are not JSON-safe ({e})")
-        grace = 1.0 + 0.25 * timeout + ((SHARED_GRACE_S + timeout) if self.shared else 0.0)
-        deadline = time.monotonic() + timeout + grace
+        deadline = time.monotonic() + timeout + host_grace_s(timeout, self.shared)
         bounds = self.proc.bound_events()
         waiter = _Waiter()
         with self._lock:
