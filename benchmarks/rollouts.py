@@ -127,6 +127,7 @@ def play(name: str, engine_cls: type, policy: Any, sampler: Any, pool: Any, tok:
     engine.close()
     slots, tokens = sampler.slot_steps - slots0, sampler.tokens_generated - tokens0
     st = res.stats()
+    rt = getattr(sampler, "_rt", None)
     console.print(f"  {name}: {st['episodes_per_s']:.3f} episodes/s, utilisation {tokens / max(slots, 1):.1%} "
                   f"({tokens} tokens / {slots} slot-steps), {res.wall_s:.1f} s")  # fmt: skip
     return {
@@ -134,7 +135,8 @@ def play(name: str, engine_cls: type, policy: Any, sampler: Any, pool: Any, tok:
         "slot_steps": slots, "wall_s": res.wall_s, "turns/ep": st.get("turns_mean", 0.0),
         "policy_share": st["policy_share"], "compile_s": sampler.compile_seconds - compiled,
         "stats": dict(getattr(getattr(sampler, "engine", None), "stats", {})), "failures": dict(res.failures),
-        "programs": dict(collections.Counter(k[0] for k in getattr(getattr(sampler, "_rt", None), "programs", {}))),
+        "programs": dict(collections.Counter(k[0] for k in getattr(rt, "programs", {}))),
+        "compile_by_kind": {k: round(v, 1) for k, v in getattr(rt, "compile_by_kind", {}).items()},
     }  # fmt: skip
 
 
@@ -229,7 +231,10 @@ def main(argv: list[str] | None = None) -> int:
     for model_name, r in rows:
         if r["failures"]:
             console.print(f"{model_name} {r['engine']}: failures {r['failures']}")
-        console.print(f"{model_name} {r['engine']}: engine events {r['stats']}; compiled programs {r['programs']}")
+        console.print(
+            f"{model_name} {r['engine']}: engine events {r['stats']}; compiled programs {r['programs']} "
+            f"(compile seconds {r['compile_by_kind']})"
+        )
     return 0
 
 

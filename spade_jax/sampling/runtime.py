@@ -1,7 +1,8 @@
 """The model's arrays and the compiled programs that run on them, for the sampler and its decode engine.
 
 `Runtime` keeps the split model (graph + parameters, referenced, not copied), the mesh and sharding rules, and
-one compiled program per key (`run(key, fn, args)` compiles on first use: `compile_count`, `compile_seconds`).
+one compiled program per key (`run(key, fn, args)` compiles on first use: `compile_count`, `compile_seconds`, and
+`compile_by_kind`: seconds by the key's first element).
 It also makes the CPU-fast decode weight layouts on first use (`DecodeLayouts`: the tied head as [E, V], the
 projections as [out, in] for batch-1 decoding). `update(model)` swaps the parameters: programs are kept when
 every parameter keeps its shape, dtype and sharding, and every layout made from the old weights is dropped.
@@ -9,6 +10,7 @@ every parameter keeps its shape, dtype and sharding, and every layout made from 
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import time
 from collections.abc import Callable
@@ -38,6 +40,7 @@ class Runtime:
         self.programs: dict[tuple, Any] = {}
         self.compile_count = 0
         self.compile_seconds = 0.0
+        self.compile_by_kind: collections.Counter = collections.Counter()  # seconds spent compiling, by key[0]
         self.graphdef, self.state, self._sig, self.cfg = None, None, None, None
         self._head, self._kernels_t = None, None
         self.update(model)
@@ -89,7 +92,9 @@ class Runtime:
             t = time.perf_counter()
             with self._mesh_ctx():
                 prog = jax.jit(fn, donate_argnums=donate).lower(*args).compile()
-            self.compile_seconds += time.perf_counter() - t
+            seconds = time.perf_counter() - t
+            self.compile_seconds += seconds
+            self.compile_by_kind[key[0]] += seconds
             self.compile_count += 1
             self.programs[key] = prog
         with self._mesh_ctx():
