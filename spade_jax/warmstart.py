@@ -177,6 +177,12 @@ def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> d
     samples = agent_examples(
         parts.pool, parts.tokenizer, agent_seeds, sp.config.rollout, cfg.agent_episodes_per_seed, run_seed=run_seed
     )
+    played = len(agent_seeds) * cfg.agent_episodes_per_seed
+    if len(samples) < played and progress is not None:  # a reference episode that does not win is no example
+        progress.console.log(
+            f"  warm start: {len(samples)} of {played} reference episodes won within "
+            f"rollout.max_turns={sp.config.rollout.max_turns}: only those are agent examples"
+        )
     rng, variant_seed = streams.rng(run_seed, "warmstart"), streams.derive(run_seed, "variants")
     design_seeds = _designer_seeds(cfg, seeds, rng)
     samples += designer_examples(
