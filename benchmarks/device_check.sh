@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# One prepared accelerator check (issue 19), under 8 minutes on one H200: decode tokens/s at batch 64 and 256 and
+# learner-step MFU for random-init Qwen3-1.7B and Qwen3-4B (real configs, bfloat16), by benchmarks/device_check.py.
+#
+# Runs on the machine's own jax/flax. If our model does not build under its flax, the flax we test with
+# (a wheel in .whl/, carried there) is installed into /tmp/site and used instead. Figures go to stdout and, when
+# $OUT is set, to $OUT/device_check.json and $OUT/device_check.log. Extra arguments go to device_check.py.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out="${OUT:-.}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_MEM_FRACTION=0.92
+py="${PYTHON:-python3}"
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || true
+
+smoke='from flax import nnx; from spade_jax.model.presets import load_preset; from spade_jax.model.transformer import Transformer
+m = Transformer(load_preset("tiny").model, rngs=nnx.Rngs(0)); import flax, jax; print("flax", flax.__version__, "jax", jax.__version__, "ok")'
+if ! "$py" -c "$smoke"; then
+  echo "our model does not build under this flax; installing the carried wheel"
+  "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/flax-*.whl \
+    && export PYTHONPATH="/tmp/site:$PYTHONPATH" && "$py" -c "$smoke" || { echo "no usable flax"; exit 1; }
+fi
+timeout "${DEVICE_CHECK_TIMEOUT:-450}" "$py" benchmarks/device_check.py --out "$out/device_check.json" "$@" 2>&1 \
+  | tee "$out/device_check.log"
