@@ -2,7 +2,7 @@
 ("control"), then both final policies on held-out environments (issue 17 section 3).
 
     python benchmarks/learning.py --preset demo --steps 8 --out runs/learning [--eval-variants 2]
-                                  [--eval-plays 8] [--eval-family sonar_hunt --family-variants 4]
+                                  [--eval-plays 8] [--eval-family simon_recall --family-variants 4]
                                   [--trained-envs 4] [KEY=VALUE ...]
 
 Both runs use the same config, seeds and environments; only `learner.lr` differs (0 in the control). A

@@ -121,18 +121,20 @@ def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
 
 
 def _demo() -> RunConfig:
-    """SmolLM2-135M on 2 CPU cores, a quarter of an hour: a warm start on one game family, then four steps of the
-    full cycle in which both roles train (issue 17).
+    """SmolLM2-135M on 2 CPU cores, ten minutes: a warm start on one game family, then four steps of the full
+    cycle in which both roles train (issue 17).
 
-    Sized to what a 135M model can do: the agent plays the sonar_hunt family from its easiest variant up; the
-    designer, warm-started on mutation examples, writes sonar variants (every design a mutation, a variant of its
-    parent's difficulty constants passing novelty as a parameter variant); hints come from the programs'
-    own hint() (the 135M model's own hints are cut off or empty). One design round (regen_interval 4) keeps
-    the budget; its designs are scored over the plays of all four steps and trained at the last.
+    Sized to what a 135M model can do: the agent plays the simon_recall family (repeat a growing sequence) from
+    its easiest variant up, which the warm-started agent wins about a quarter of the time (sonar_hunt's easiest:
+    5-10%, too rarely for 4 plays a group to disagree); the designer, warm-started on mutation examples, writes
+    simon variants (every design a mutation of an archived one, passing novelty as a parameter variant); hints
+    come from the programs' own hint() (the 135M model's own hints are cut off or empty). One design round
+    (regen_interval 4) keeps the budget; its designs are scored over the plays of all four steps and trained
+    at the last.
     """
     return RunConfig(
         model="smollm2-135m",
-        max_total_len=2560,  # a sonar mutation prompt (~1.2K) and program (~0.9K)
+        max_total_len=2560,  # a mutation prompt (~1.2K) and program (~0.6-0.9K)
         num_workers=4,
         loop=LoopConfig(steps=4, eval_every=0, warmstart=True),
         warmstart=WarmStartConfig(
@@ -140,17 +142,17 @@ def _demo() -> RunConfig:
             lr=1e-4,
             batch_size=1,
             probe_designs=0,
-            agent_seed_names=("sonar_hunt",),
-            agent_episodes_per_seed=2,
-            designer_seed_names=("sonar_hunt",),
+            agent_seed_names=("simon_recall",),
+            agent_episodes_per_seed=4,  # its reference play wins in 5 turns: max_turns must allow them
+            designer_seed_names=("simon_recall",),
             designer_examples_per_seed=0,
-            designer_mutations_per_seed=3,
+            designer_mutations_per_seed=2,
         ),
         selfplay=_cpu_selfplay(
-            skills=("spatial reasoning",),
+            skills=("memory recall",),
             skills_per_regen=1,
-            # 8 plays per condition: at this agent's ~5-10% win rate, 4 leave most groups all-lost (no advantage)
-            plays_per_condition=8,
+            # 4 plays per condition: at this agent's ~25% win rate on simon, most groups hold a win and a loss
+            plays_per_condition=4,
             envs_per_step=2,
             regen_interval=4,
             designer_delay=3,  # the round's designs are scored over all four steps' plays
@@ -166,16 +168,16 @@ def _demo() -> RunConfig:
                 max_repairs=0,  # every first attempt is trained, an invalid one at reward 0
             ),
             hints=HintConfig(source="env_or_model", max_new_tokens=64),
-            # The plateau where this agent's games are: a 135M agent wins 0-25% of the easiest sonar variants,
+            # The plateau where this agent's games are: a 135M agent wins 0-25% of the easiest game variants,
             # so the paper's 40-60% band (ramp 25 points) would score every design 0.
             reward=RewardConfig(plateau_lo=0.2, plateau_hi=0.6, plateau_ramp=0.2),
-            rollout=RolloutConfig(max_turns=4, max_episode_tokens=1536, max_new_tokens_per_turn=48),
+            rollout=RolloutConfig(max_turns=5, max_episode_tokens=1536, max_new_tokens_per_turn=48),
             corpus=CorpusConfig(max_doc_tokens=256),
             memory=MemoryConfig(
                 n_positive=1,
                 n_negative=0,
                 exemplar_max_chars=1200,
-                seed_names=("sonar_hunt",),
+                seed_names=("simon_recall",),
                 seed_difficulty="easiest",
                 max_param_variants=6,
             ),
