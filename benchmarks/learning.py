@@ -48,7 +48,7 @@ STEP_METRICS = {  # short name -> metric of each run's metrics.jsonl
     "heldout_win": "eval/win_rate",
     "play_win": "rollout/win_rate_no_hint",  # the step's own plays (same environments and reset seeds at first)
     "valid_rate": "design/valid_frac",
-    "designer_reward": "env/designer_reward_mean",
+    "designer_reward": "design/reward_mean",
     "regret": "env/regret_mean",
     "in_band": "env/in_band_frac",
 }

@@ -23,7 +23,7 @@ from spade_jax.report.plots import CONTROL_SUFFIX
 from spade_jax.selfplay.memory import Memory
 
 TRAINED = {"eval/win_rate": [0.1, 0.3, 0.5], "design/valid_frac": [0.0, 0.5, 1.0],
-           "env/designer_reward_mean": [0.0, 0.4, 0.8], "env/regret_mean": [0.0, 0.1, 0.2],
+           "design/reward_mean": [0.0, 0.4, 0.8], "env/regret_mean": [0.0, 0.1, 0.2],
            "env/in_band_frac": [0.0, 0.5, 1.0], "rollout/win_rate_no_hint": [0.2, 0.4, 0.6]}  # fmt: skip
 CONTROL = {k: [v[0]] * 3 for k, v in TRAINED.items()}  # the control stays where it started
 

@@ -14,13 +14,14 @@ KEY_PANELS: dict[str, tuple[str, ...]] = {
     "Held-out win rate (unhinted)": ("eval/win_rate",),
     "Rollout win rate": ("rollout/win_rate_no_hint", "rollout/win_rate_hint"),
     "Designer valid rate": ("design/valid_frac",),
-    "Designer reward (mean)": ("env/designer_reward_mean",),
+    "Designer reward (mean)": ("design/reward_mean",),
     "Regret (mean)": ("env/regret_mean",),
     "Share of environments in the win-rate band": ("env/in_band_frac",),
 }
 # Diagnostics: title -> metric-name prefixes drawn in it (metrics are named "<group>/<name>").
 PANELS: dict[str, tuple[str, ...]] = {
     "Designer failures by gate": ("design/failed_",),
+    "Reward rule over every environment played (seeds too)": ("env/designer_reward_mean",),
     "Samples trained per role": ("train/agent_samples", "train/designer_samples"),
     "Share of samples without signal (dropped)": ("train/agent_dropped_frac", "train/designer_dropped_frac"),
     "Learner loss": ("train/loss", "train/pg_loss"),

@@ -454,7 +454,10 @@ class SelfPlay:
                 if mutations:
                     out["design/mutation_valid_frac"] = sum(d.valid for d in mutations) / len(mutations)
         out["design/rounds_open"] = float(len(self.rounds))
-        out["design/samples_released"] = float(len(batch.by_role("designer")))
+        released = batch.by_role("designer")
+        out["design/samples_released"] = float(len(released))
+        if released:  # what the designer is trained on: its designs' rewards, an invalid one's 0 included
+            out["design/reward_mean"] = sum(s.reward for s in released) / len(released)
         out["design/reward_scale"] = batch.designer_scale
         if scores:
             measured = [s.stats for s in scores.values() if s.stats.measured]
@@ -463,6 +466,7 @@ class SelfPlay:
                 out["env/regret_mean"] = sum(s.regret for s in measured) / len(measured)
                 out["env/win_rate_no_hint_mean"] = sum(s.win_rate_no_hint for s in measured) / len(measured)
                 out["env/win_rate_hint_mean"] = sum(s.win_rate_hint for s in measured) / len(measured)
+            # every environment the round played (seed-library ones too), by the designer's reward rule
             out["env/designer_reward_mean"] = sum(s.reward for s in scores.values()) / len(scores)
             for status, n in Counter(s.hint_status for s in scores.values()).items():
                 out[f"env/hint_{status}"] = float(n)  # environments scored with a usable / missing / leaked hint
