@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
-LEARNING_ARGS ?= --preset demo --steps 8 --out runs/learning --eval-variants 0 --eval-plays 8 --eval-family simon_recall --family-variants 4 --trained-envs 4 loop.eval_every=4 loop.eval_plays=2 learner.lr=1e-4
+LEARNING_ARGS ?= --preset demo --steps 8 --out runs/learning --eval-variants 0 --eval-plays 8 --eval-family simon_recall --family-variants 4 --trained-envs 4 loop.eval_every=4 loop.eval_plays=2
 
 .PHONY: install system-deps demo test lint bench learning clean
 
