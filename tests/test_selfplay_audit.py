@@ -18,6 +18,9 @@ from spade_jax.selfplay.rollouts import ScriptedPolicy
 from spade_jax.streams import episode_seed
 
 STEP, PLAYS, MAX_TURNS = 0, 6, 8
+# An honest call hanging past 3 s (the default) on a loaded machine would be retired as a hang; only the "hangs" cheat
+# waits out the timeout.
+POOL_CALL_TIMEOUT_S = 10.0
 GATES = GateConfig(max_turns=MAX_TURNS, seed_key="audit-test-key")
 
 # Higher/lower with a hook on the seeds it is trained on ({training} is filled per environment id).
