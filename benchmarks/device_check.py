@@ -43,6 +43,13 @@ def _model(name: str, param_dtype: str, dtype: str):
     return cfg, Transformer(cfg, rngs=nnx.Rngs(0))
 
 
+def _failed(what: str, e: Exception) -> None:
+    """One line naming the lost figure and why, then a short traceback; the check goes on."""
+    first = (str(e).splitlines() or [""])[0][:200]
+    print(f"{what}: failed ({type(e).__name__}: {first})", flush=True)
+    traceback.print_exc(limit=3)
+
+
 def _timed(fn, *args):
     """(result, seconds) of fn(*args), waiting for the device."""
     import jax
@@ -87,7 +94,7 @@ def decode_figures(name: str, batches: list[int], prompt: int, steps: int) -> li
         _, t_compile_pf = _timed(run_prefill, state, tokens)
         (logits_all, cache_all), t_pf = _timed(run_prefill, state, tokens)
     except Exception as e:  # noqa: BLE001 - reported, the check goes on
-        print(f"prefill {name} batch {max(batches)}: failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})")
+        _failed(f"prefill {name} batch {max(batches)}", e)
         return out
     for b in batches:
         try:
@@ -121,8 +128,7 @@ def decode_figures(name: str, batches: list[int], prompt: int, steps: int) -> li
             out.append(row)
             del cache, res
         except Exception as e:  # noqa: BLE001 - one figure lost, the check goes on
-            print(f"decode {name} batch {b}: failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})", flush=True)
-            traceback.print_exc(limit=3)
+            _failed(f"decode {name} batch {b}", e)
     return out
 
 
@@ -209,8 +215,7 @@ def learner_figures(name: str, rows: int, length: int, micro: int, steps: int, p
         )
         return row
     except Exception as e:  # noqa: BLE001 - one figure lost, the check goes on
-        print(f"learner {name}: failed ({type(e).__name__}: {str(e).splitlines()[0][:200]})", flush=True)
-        traceback.print_exc(limit=3)
+        _failed(f"learner {name}", e)
         return None
 
 
@@ -229,6 +234,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="device_check.json")
     args = ap.parse_args(argv)
 
+    from spade_jax.model.presets import load_preset
+
+    for name in args.models.split(","):  # a bad name is one line before any work
+        try:
+            load_preset(name)
+        except ValueError as e:
+            print(f"--models: {e}")
+            return 2
     import jax
 
     print(f"jax {jax.__version__}, devices {jax.devices()}", flush=True)
