@@ -33,7 +33,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-BUCKETS = (1, 2, 4, 8, 12, 16, 24, 32, 48, 64)  # the continuous engine: finer steps waste fewer rows
+BUCKETS = (1, 2, 4, 8, 12, 16, 20, 24, 28, 32, 40, 48, 56, 64)  # the continuous engine: finer steps waste fewer rows
 ENVS = "number_target,secret_word,code_breaker,sequence_next,balance_scale,nim_duel,light_switches,knights_knaves"
 
 

@@ -185,3 +185,22 @@ def test_the_batch_shrinks_at_the_tail(tiny):
     assert [len(r.completion.token_ids) for r in reqs] == [4, 4, 4, 64]
     assert sampler.tokens_generated - t0 == 76
     assert sampler.slot_steps - s0 < 4 * 64 // 2  # not 4 rows x 64 steps
+
+
+def test_eager_steps_hand_finished_rows_back_at_once(tiny):
+    """With `eager` (the rollout loop: a reply is followed by the episode's next turn) a chunk ends as soon as a
+    row is done, so a short reply comes back before a long one finishes; the tokens are the same either way."""
+    model, tok = tiny
+    params = [SamplingParams(max_new_tokens=n, greedy=True, ignore_eos=True) for n in (3, 30)]
+    got = {}
+    for eager in (False, True):
+        sampler = _sampler(model, tok, chunk_steps=32)
+        reqs = [sampler.submit(PROMPTS[i], params[i], index=i) for i in range(2)]
+        first = sampler.step(eager=eager)
+        got[eager] = [len(r.completion.token_ids) for r in first], reqs
+        while sampler.pending:
+            sampler.step(eager=eager)
+    assert got[False][0] == [3, 30]  # one chunk runs until every row is done
+    assert got[True][0] == [3]  # handed back after its third token, the long row still running
+    for a, b in zip(got[False][1], got[True][1]):
+        assert a.completion.token_ids == b.completion.token_ids

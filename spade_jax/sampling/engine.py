@@ -115,9 +115,11 @@ class DecodeEngine:
         """Queues a request; it is admitted at a later `step`, after those submitted before it."""
         self.queue.append(req)
 
-    def step(self, expect: int = 0) -> list[Request]:
+    def step(self, expect: int = 0, eager: bool = False) -> list[Request]:
         """Admits queued requests, runs one chunk, returns the requests that finished (in slot order). `expect`:
-        requests the caller will submit soon (the batch is not shrunk below what they need)."""
+        requests the caller will submit soon (the batch is not shrunk below what they need). `eager`: the caller
+        follows finished requests with new ones (a conversation's next turn), so the chunk ends once a sixteenth of
+        the rows are done instead of running on with their slots idle."""
         if not self.pending:
             return []
         try:
@@ -131,7 +133,7 @@ class DecodeEngine:
                 self._make_room(fresh, cont, max(p_fresh, p_cont))
                 self._admit_fresh(fresh, p_fresh)
                 self._admit_continued(cont, q, p_cont)
-            return self._decode(expect)
+            return self._decode(expect, eager)
         except BaseException:
             self.cancel()
             raise
@@ -374,7 +376,7 @@ class DecodeEngine:
                 del self.parked[b]
 
     # --------------------------------------------------------------------------------------------- decode
-    def _decode(self, expect: int) -> list[Request]:
+    def _decode(self, expect: int, eager: bool = False) -> list[Request]:
         rt, rows, b = self.rt, self.rows, self.rows.batch
         live = rows.live()
         remaining = max(int(rows.budget[i] - rows.generated[i]) for i in live)
@@ -382,6 +384,8 @@ class DecodeEngine:
         exit_done = b
         if self.queue or expect:  # requests wait for slots: hand the finished rows back once a few are done
             exit_done = min(b, int(rows.done.sum()) + max(1, min(len(self.queue) + expect, b // 8)))
+        elif eager:  # their owners follow them with new requests: hand them back as soon as a few are done
+            exit_done = min(b, int(rows.done.sum()) + max(1, b // 16))
         mode = rows.mode()
         state = rows.state(rt.put_rows, rt.put, self.logits, self.column)
         consts = rows.consts(rt.put_rows)

@@ -169,10 +169,11 @@ class Sampler:
         self.engine.submit(req)
         return req
 
-    def step(self, expect: int = 0) -> list[Request]:
+    def step(self, expect: int = 0, eager: bool = False) -> list[Request]:
         """One engine step (admissions + one decode chunk): the requests that finished in it. `expect`: how many
-        more requests the caller will submit soon (the batch is kept large enough for them)."""
-        return self.engine.step(expect)
+        more requests the caller will submit soon (the batch is kept large enough for them); `eager`: finished
+        requests are followed by new ones, so the chunk hands them back early (DecodeEngine.step)."""
+        return self.engine.step(expect, eager)
 
     def cancel(self, requests: Sequence[Request] | None = None) -> None:
         """Drops queued or running requests (all when None); they never complete."""

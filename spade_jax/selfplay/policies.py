@@ -134,9 +134,10 @@ class ModelPolicy:
             self._inflight.append(self.sampler.submit(r.prompt_ids, params, tag=r))
 
     def poll(self, expect: int = 0) -> list[tuple[TurnRequest, TurnReply]]:
-        """One engine step: the requests that finished, in submission order."""
+        """One engine step: the requests that finished, in submission order (handed back early: an episode's
+        next turn follows each reply)."""
         if self._inflight:
-            self.sampler.step(expect=expect)
+            self.sampler.step(expect=expect, eager=True)
         done = [q for q in self._inflight if q.done]
         self._inflight = [q for q in self._inflight if not q.done]
         return [(q.tag, _reply(q.completion)) for q in done]

@@ -2,17 +2,19 @@
 soon as its environment has answered, and the policy answers each reply as soon as it is done.
 
 The loop runs in ticks (`_play_all`). A tick: (1) one policy step (`poll`: for the model, admissions plus one
-compiled decode chunk on the sampler's continuous-batching engine), while the environment work dispatched at
-the previous tick runs in threads; (2) that work is collected (waiting for it if need be) and folded into its
-episodes; (3) the replies of step 1 are recorded and their env steps dispatched; (4) waiting episodes start
-in freed sessions (dispatched too); (5) the next turns of the episodes collected in step 2 are submitted, in
-episode order. Every hand-over happens at a fixed tick whatever the threads' timing, so a run is exactly
-reproducible. A policy with only `act` (e.g. `ScriptedPolicy`) answers everything submitted at the next tick.
-Token-in, token-out: the engine keeps each episode's exact token sequence, so what the learner trains on is
-what the sampler saw. A session owns a sandbox worker, so at most `pool.capacity` (else `pool.num_workers`)
-episodes hold one; waiting ones start as sessions free up. Per episode it records the token ids of every
-turn, the loss mask (1 only on tokens the policy produced), the sampler log-probs, the rewards and return,
-the condition (hint / no_hint) and the environment id.
+compiled decode chunk on the sampler's continuous-batching engine, which hands finished replies back once a few
+are done), while the sessions opened at the previous tick load and reset in threads; (2) the replies are recorded
+and their env steps run in threads, waited for together with those openings; (3) finished episodes' sessions are
+closed in the background (the worker's cleanup overlaps the next chunk); (4) waiting episodes start in freed
+places (opened in threads); (5) the next turns of the episodes that are ready are submitted, in episode order. A
+reply's env step is folded in at the tick that produced it, so its episode's next turn joins the very next chunk
+(no slot sits empty for a chunk while its environment steps), and every hand-over happens at a fixed tick whatever
+the threads' timing, so a run is exactly reproducible. A policy with only `act` (e.g. `ScriptedPolicy`) answers
+everything submitted at the next tick. Token-in, token-out: the engine keeps each episode's exact token sequence,
+so what the learner trains on is what the sampler saw. A session owns a sandbox worker, so at most `pool.capacity`
+(else `pool.num_workers`) episodes hold one; waiting ones start as sessions free up. Per episode it records the
+token ids of every turn, the loss mask (1 only on tokens the policy produced), the sampler log-probs, the rewards
+and return, the condition (hint / no_hint) and the environment id.
 
 Returns and wins follow `spade_jax.envs.outcome.episode_outcome`: the terminal reward, clipped to [-1, 1],
 counted only when the environment terminated the episode; 0 (and never a win) when it was truncated by the
@@ -123,6 +125,7 @@ class RolloutEngine:
         if workers is not None:  # a session holds its worker: more live episodes than sessions would deadlock
             self.max_live = min(self.max_live, int(workers))
         self._executor = ThreadPoolExecutor(max_workers=self.max_live, thread_name_prefix="rollout")
+        self._closing: list[Future] = []  # sessions being closed in the background (see _release)
         if config.action_parsing not in ACTION_PARSINGS:
             raise ValueError(f"rollout.action_parsing={config.action_parsing!r}; expected one of {ACTION_PARSINGS}")
         if config.tool_format not in TOOL_FORMATS:
@@ -187,6 +190,8 @@ class RolloutEngine:
             self._play_all(lives, result)
         finally:  # on every path, an exception included: a session left open would hold its worker forever
             self._release([lv for lv in lives if lv.session is not None])
+            wait(self._closing)
+            self._closing = []
         result.episodes = [lv.ep for lv in lives]
         result.wall_s = time.perf_counter() - t_start
         return result
@@ -203,12 +208,11 @@ class RolloutEngine:
                 replies = []
                 if stream.pending:
                     t = time.perf_counter()
-                    replies = stream.poll(expect=len(starting) + len(stepping))
+                    replies = stream.poll(expect=len(starting))
                     result.policy_s += time.perf_counter() - t
                     result.turns += bool(replies)
                 t = time.perf_counter()
-                ready, done = self._collect(starting, stepping, result)
-                starting, stepping = [], []
+                done = []
                 for req, reply in replies:
                     lv = lives[req.index]
                     self._record_reply(lv, reply)
@@ -218,6 +222,8 @@ class RolloutEngine:
                     else:
                         action = self._action(lv, reply.text)
                         stepping.append((lv, reply, self._executor.submit(lv.session.step, action)))
+                ready, over = self._collect(starting, stepping, result)
+                starting, stepping, done = [], [], done + over
                 requests = self._next_turns(sorted(ready, key=lambda lv: lv.index), done, result)
                 self._release(done)
                 holding -= len(done)
@@ -274,10 +280,12 @@ class RolloutEngine:
         return text
 
     def _release(self, lives: list[_Live]) -> None:
-        """Closes finished episodes' sessions in parallel, handing their workers back to the pool."""
-        if lives:
-            list(self._executor.map(self._close, lives))
-            for lv in lives:
+        """Closes finished episodes' sessions in the background (the worker's cleanup overlaps the next decode
+        chunk), handing their places back to the pool as each close ends; `run` waits for them before it returns.
+        A session opened meanwhile waits in `pool.open` for a free place, so capacity is never exceeded."""
+        for lv in lives:
+            if lv.session is not None:
+                self._closing.append(self._executor.submit(self._close, lv.session))
                 lv.session = None
 
     def _start(self, lv: _Live) -> bool:
@@ -464,12 +472,11 @@ class RolloutEngine:
         return False
 
     @staticmethod
-    def _close(lv: _Live) -> None:
-        if lv.session is not None:
-            try:
-                lv.session.close()
-            except Exception:  # a dead worker is the pool's problem, not the run's
-                pass
+    def _close(session: EnvSessionLike) -> None:
+        try:
+            session.close()
+        except Exception:  # a dead worker is the pool's problem, not the run's
+            pass
 
     def close(self) -> None:
         """Stops the engine's threads."""
