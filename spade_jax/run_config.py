@@ -121,12 +121,12 @@ def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
 
 
 def _demo() -> RunConfig:
-    """SmolLM2-135M on 2 CPU cores, ten minutes: a warm start on one game family, then four steps of the full
+    """SmolLM2-135M on 2 CPU cores, about twelve minutes: a warm start on one game family, then four steps of the full
     cycle in which both roles train (issue 17).
 
     Sized to what a 135M model can do: the agent plays the simon_recall family (repeat a growing sequence) from
     its easiest variant up, which the warm-started agent wins about a quarter of the time (sonar_hunt's easiest:
-    5-10%, too rarely for 4 plays a group to disagree); the designer, warm-started on mutation examples, writes
+    5-10%, too rarely for a group of plays to disagree); the designer, warm-started on mutation examples, writes
     simon variants (every design a mutation of an archived one, passing novelty as a parameter variant); hints
     come from the programs' own hint() (the 135M model's own hints are cut off or empty). One design round
     (regen_interval 4) keeps the budget; its designs are scored over the plays of all four steps and trained
@@ -151,8 +151,9 @@ def _demo() -> RunConfig:
         selfplay=_cpu_selfplay(
             skills=("memory recall",),
             skills_per_regen=1,
-            # 4 plays per condition: at this agent's ~25% win rate on simon, most groups hold a win and a loss
-            plays_per_condition=4,
+            # 8 plays per condition: at this agent's ~20-25% win rate on simon, a group of 8 holds a win and a loss
+            # ~83% of the time (4: ~59%); measured, 4 a group trained the agent at 1 of 4 steps, 8 at 4 of 4
+            plays_per_condition=8,
             envs_per_step=2,
             regen_interval=4,
             designer_delay=3,  # the round's designs are scored over all four steps' plays
