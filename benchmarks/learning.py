@@ -275,14 +275,23 @@ def second_half_mean(rows: list[dict], metric: str, steps: int) -> float | None:
     return float(np.mean(values)) if values else None
 
 
+def second_half_designs(rows: list[dict], steps: int) -> tuple[int, int]:
+    """(valid designs, designs) over the design rounds after the first half of the run: the sample size behind
+    the valid rate (a demo-sized run has one round of two designs there)."""
+    late = [r for r in rows if r.get("step", 0) > steps / 2 and r.get("design/targets")]
+    return (round(sum(r["design/valid_frac"] * r["design/targets"] for r in late)),
+            round(sum(r["design/targets"] for r in late)))  # fmt: skip
+
+
 def valid_rate_figures(trained: list[dict], control: list[dict], steps: int) -> dict[str, Any]:
     a = second_half_mean(trained, "design/valid_frac", steps)
     b = second_half_mean(control, "design/valid_frac", steps)
     ratio = None
     if a is not None and b is not None:
         ratio = a / b if b > 0 else (None if a == 0 else math.inf)
+    designs = {"trained": second_half_designs(trained, steps), "control": second_half_designs(control, steps)}
     return {"trained": a, "control": b, "ratio": None if ratio is math.inf else ratio,
-            "ratio_infinite": ratio is math.inf}  # fmt: skip
+            "ratio_infinite": ratio is math.inf, "designs": designs}  # fmt: skip
 
 
 def targets(heldout: dict[str, Any], valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -303,6 +312,12 @@ def _f(v: Any, pct: bool = False) -> str:
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "-"
     return f"{100 * v:.1f}" if pct else f"{v:.3g}"
+
+
+def _designs(v: dict[str, Any], run: str) -> str:
+    """A run's second-half valid rate with the counts behind it, e.g. "0.5 (1 of 2 designs)"."""
+    valid, n = v.get("designs", {}).get(run, (0, 0))
+    return f"{_f(v[run])} ({valid} of {n} designs)"
 
 
 def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
@@ -329,8 +344,8 @@ def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
     console.print(summary)
     v = fig["valid_rate_second_half"]
     ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
-    console.print(f"designer valid rate, second half: trained {_f(v['trained'])}, control {_f(v['control'])}, "
-                  f"ratio {ratio}")  # fmt: skip
+    console.print(f"designer valid rate, second half: trained {_designs(v, 'trained')}, "
+                  f"control {_designs(v, 'control')}, ratio {ratio}")  # fmt: skip
     moved = {k: r["param_max_abs_change"] for k, r in fig["runs"].items()}
     console.print(f"parameters moved (max |change| from the common start): {moved}")
     for name, t in fig["targets"].items():
@@ -392,8 +407,8 @@ def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
             text.append(f"  {run:<10} {m['mean']:>6} [{m['lo']}, {m['hi']}]")
     v = fig["valid_rate_second_half"]
     ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
-    text += ["", "Designer valid rate, 2nd half", f"  trained {_f(v['trained'])}, control {_f(v['control'])}",
-             f"  ratio {ratio}", ""]  # fmt: skip
+    text += ["", "Designer valid rate, 2nd half", f"  trained {_designs(v, 'trained')}",
+             f"  control {_designs(v, 'control')}", f"  ratio {ratio}", ""]  # fmt: skip
     text += [f"{k}: {'PASS' if t['passed'] else 'NOT REACHED'}" for k, t in fig["targets"].items()]
     for ax in axes[len(titles) :]:
         ax.axis("off")

@@ -50,6 +50,19 @@ def test_bootstrap_known_answers() -> None:
         bench.bootstrap_diff(np.ones(3), np.ones(4))
 
 
+def test_valid_rate_counts_only_second_half_design_rounds() -> None:
+    """An 8-step run with design rounds at steps 1 and 5 (2 designs each): the second half is step 5 alone."""
+    rounds = {1: (2, 1.0), 5: (2, 0.5)}
+    rows = [{"step": s, **({"design/targets": float(rounds[s][0]), "design/valid_frac": rounds[s][1]}
+                           if s in rounds else {})} for s in range(9)]  # fmt: skip
+    control = [dict(r, **({"design/valid_frac": 0.25, "design/targets": 4.0} if r["step"] == 5 else {})) for r in rows]
+    assert bench.second_half_designs(rows, 8) == (1, 2)
+    v = bench.valid_rate_figures(rows, control, 8)
+    assert v["designs"] == {"trained": (1, 2), "control": (1, 4)}
+    assert v["ratio"] == 2.0, "0.5 against 0.25"
+    assert bench._designs(v, "control") == "0.25 (1 of 4 designs)"
+
+
 def test_easiest_variants_are_easier_than_the_seed() -> None:
     from spade_jax.envs.seeds import load_seed_source
     from spade_jax.envs.variants import PARAMS, difficulty, seed_params
