@@ -13,6 +13,7 @@ parts.py, the learner half of a step is learn.py.
 from __future__ import annotations
 
 import dataclasses
+import json
 import logging
 import time
 from pathlib import Path
@@ -24,6 +25,7 @@ from spade_jax.checkpoint import Checkpointer
 from spade_jax.hosts import Hosts
 from spade_jax.learn import band_stats, train_on
 from spade_jax.metrics import MetricsLogger
+from spade_jax.overrides import changed_keys, to_dict
 from spade_jax.parts import Parts, build
 from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
@@ -70,7 +72,8 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     saved = rd.path / "config.json"
     if hosts.is_leader:
         if resume and saved.exists() and saved.read_text() != cfg.to_json():
-            log.warning("resuming with a config that differs from %s; the new one is used and saved", saved)
+            log.warning("resuming with a config that differs from %s in %s; the new one is used and saved",
+                        saved, _changed(saved.read_text(), cfg))  # fmt: skip
         saved.write_text(cfg.to_json())
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
                         async_save=cfg.loop.async_checkpoints)  # fmt: skip
@@ -102,6 +105,15 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
 def _decode_counts(sampler: Any) -> tuple[int, int]:
     """(slot-steps computed, tokens generated) so far by the sampler (zeros for one that does not count)."""
     return getattr(sampler, "slot_steps", 0), getattr(sampler, "tokens_generated", 0)
+
+
+def _changed(saved_json: str, cfg: RunConfig) -> str:
+    """The config keys a resume changes, for its warning (a few named, then a count)."""
+    try:
+        keys = changed_keys(json.loads(saved_json), to_dict(cfg))
+    except ValueError:
+        return "a file that is not JSON"
+    return ", ".join(keys[:6]) + (f" and {len(keys) - 6} more keys" if len(keys) > 6 else "")
 
 
 def _quiet() -> Any:

@@ -127,6 +127,18 @@ def to_dict(cfg: Any) -> dict[str, Any]:
     return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
 
 
+def changed_keys(old: dict[str, Any], new: dict[str, Any], _prefix: str = "") -> list[str]:
+    """Dotted keys whose values differ between two `to_dict` outputs (a key on one side only counts)."""
+    out = []
+    for key in sorted(old.keys() | new.keys()):
+        a, b = old.get(key), new.get(key)
+        if isinstance(a, dict) and isinstance(b, dict):
+            out += changed_keys(a, b, f"{_prefix}{key}.")
+        elif a != b or (key in old) != (key in new):
+            out.append(_prefix + key)
+    return out
+
+
 def _is_tuple_type(typ: Any) -> bool:
     """True for tuple, tuple[...] and unions holding one (e.g. `tuple[str, ...] | None`)."""
     if typ is tuple or get_origin(typ) is tuple:

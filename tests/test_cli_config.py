@@ -63,3 +63,13 @@ def test_overrides_reach_nested_sections() -> None:
     assert cfg.mesh == "data=1"
     with pytest.raises(ConfigError, match="selfplay.rollout is a section"):
         load_run_config("demo", ["selfplay.rollout=3"])
+
+
+def test_a_resume_warning_names_the_keys_that_changed() -> None:
+    from spade_jax.loop import _changed
+
+    saved = load_run_config("demo")
+    resumed = load_run_config("demo", ["loop.steps=8", "learner.lr=0", "selfplay.rollout.max_turns=7"])
+    assert _changed(saved.to_json(), resumed) == "learner.lr, loop.steps, selfplay.rollout.max_turns"
+    assert _changed(saved.to_json(), saved) == ""
+    assert _changed("{not json", resumed) == "a file that is not JSON"
