@@ -3,7 +3,7 @@
 
     python benchmarks/learning.py --preset demo --steps 8 --out runs/learning [--eval-variants 2]
                                   [--eval-plays 8] [--eval-family simon_recall --family-variants 4]
-                                  [--trained-envs 4] [KEY=VALUE ...]
+                                  [--trained-envs 4] [--eval-designs 8] [KEY=VALUE ...]
 
 Both runs use the same config, seeds and environments; only `learner.lr` differs (0 in the control). A
 preset with a warm start runs it once, in DIR/start, and both runs continue from that checkpoint: the control
@@ -22,6 +22,12 @@ resamples, fixed seed). Per step, from each run's metrics.jsonl: held-out win ra
 evaluation, `loop.eval_every`), designer valid rate, designer reward, regret and the share of environments
 in the win-rate band (`env/in_band_frac`), for both runs and their difference.
 
+Designer, at the end (--eval-designs N): each run's final policy writes N designs from the same prompts
+(the evaluation build's own design targets: same parents, same sampling seeds; the self-play state is rolled
+back after each run, so neither run's designs are the other's novelty archive), every gate applied. Its valid
+rate gets a 95% interval and the paired difference one too: a run's own design rounds are few (two designs a
+round in the demo), too few for the second-half rate alone to tell the runs apart.
+
 Targets: final held-out win rate >= 10 points above the control with the interval above 0; designer valid
 rate over the second half of the run >= 2x the control's. PASS / NOT REACHED is printed as measured.
 Writes DIR/learning.json (every figure), DIR/learning.png, and DIR/trained/report.html with the control.
@@ -37,6 +43,7 @@ import math
 import shutil
 import sys
 import time
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -184,6 +191,27 @@ def play_eval(parts: Any, envs: list[dict[str, str]], plays: int) -> list[dict[s
     ]
 
 
+def design_eval(parts: Any, n: int) -> list[dict[str, Any]]:
+    """n designs by the policy now in `parts`, one row each (valid, the gate that refused it, the prompt's
+    hash), from the build's own design targets; the self-play state (memory, novelty archive, designer seeds)
+    is rolled back afterwards, so every run designs from the same prompts with the same seeds."""
+    import hashlib
+
+    sp = parts.selfplay
+    state = sp.get_state()
+    try:
+        results = sp.design(EVAL_STEP, n)
+    finally:
+        sp.set_state(state)
+    rows = []
+    for i, r in enumerate(results):
+        first = r.attempts[0]  # max_resamples / max_repairs apply as configured; the prompt is the first's
+        last = r.attempts[-1]
+        rows.append({"design": i, "valid": float(r.valid), "gate": "" if r.valid else last.verdict.gate,
+                     "prompt": hashlib.sha256(str(first.prompt_ids).encode()).hexdigest()[:16]})  # fmt: skip
+    return rows
+
+
 def _params(learner: Any) -> list[np.ndarray]:
     import jax
 
@@ -206,9 +234,10 @@ def _load(parts: Any, ckpt_dir: Path) -> int:
 
 
 def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir: Path, envs: list[dict[str, str]],
-               plays: int) -> dict[str, dict[str, Any]]:  # fmt: skip
-    """Each run's final policy on `envs` (one build of the run's parts; parameters swapped per run), and how
-    far its parameters moved from where both runs started (the warm-start checkpoint, else the initial model)."""
+               plays: int, designs: int = 0) -> dict[str, dict[str, Any]]:  # fmt: skip
+    """Each run's final policy on `envs` and, with `designs`, as designer (`design_eval`); one build of the
+    run's parts, parameters swapped per run; and how far its parameters moved from where both runs started
+    (the warm-start checkpoint, else the initial model)."""
     from spade_jax.parts import build
 
     parts = build(cfg, eval_dir)
@@ -222,8 +251,9 @@ def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir
             step = _load(parts, run_dir / "checkpoints")
             moved = max(float(np.max(np.abs(a - b))) for a, b in zip(_params(parts.learner), origin))
             episodes = play_eval(parts, envs, plays)
+            designed = design_eval(parts, designs) if designs > 0 else []
             out[name] = {"checkpoint_step": step, "param_max_abs_change": moved, "episodes": episodes,
-                         "eval_s": time.perf_counter() - t0}  # fmt: skip
+                         "designs": designed, "eval_s": time.perf_counter() - t0}  # fmt: skip
         return out
     finally:
         parts.selfplay.close()
@@ -294,6 +324,22 @@ def valid_rate_figures(trained: list[dict], control: list[dict], steps: int) -> 
             "ratio_infinite": ratio is math.inf, "designs": designs}  # fmt: skip
 
 
+def designer_figures(trained: list[dict], control: list[dict], n: int = 2000, seed: int = 0) -> dict[str, Any]:
+    """The final designers' valid rates with 95% intervals, the paired difference (design i of both runs had
+    the same prompt and seed) and the ratio; {} without designs."""
+    if not trained:
+        return {}
+    if [d["prompt"] for d in trained] != [d["prompt"] for d in control]:
+        raise ValueError("the two runs' evaluation designs do not pair up (different prompts)")
+    a, b = [d["valid"] for d in trained], [d["valid"] for d in control]
+    ratio = (sum(a) / sum(b)) if sum(b) > 0 else None
+    return {"designs": len(a), "valid": {"trained": int(sum(a)), "control": int(sum(b))},
+            "trained": _interval(bootstrap_mean(a, n, seed)), "control": _interval(bootstrap_mean(b, n, seed)),
+            "difference": _interval(bootstrap_diff(a, b, n, seed, paired=True)), "ratio": ratio,
+            "refused_by": {run: dict(Counter(d["gate"] for d in rows if not d["valid"]))
+                           for run, rows in (("trained", trained), ("control", control))}}  # fmt: skip
+
+
 def targets(heldout: dict[str, Any], valid: dict[str, Any]) -> dict[str, dict[str, Any]]:
     d = heldout.get("all", {}).get("difference", {})
     win_ok = bool(d) and d["mean"] >= TARGET_WIN_DIFF and d["lo"] > 0
@@ -318,6 +364,14 @@ def _designs(v: dict[str, Any], run: str) -> str:
     """A run's second-half valid rate with the counts behind it, e.g. "0.5 (1 of 2 designs)"."""
     valid, n = v.get("designs", {}).get(run, (0, 0))
     return f"{_f(v[run])} ({valid} of {n} designs)"
+
+
+def _designer_line(d: dict[str, Any]) -> str:
+    """The final designers in one line: valid counts, rates (%) with 95% intervals, the paired difference."""
+    pct = lambda x, sign="": f"{100 * x['mean']:{sign}.1f} [{100 * x['lo']:.1f}, {100 * x['hi']:.1f}]"  # noqa: E731
+    n, v = d["designs"], d["valid"]
+    return (f"valid {v['trained']} of {n} vs {v['control']} of {n} (control): {pct(d['trained'])}% vs "
+            f"{pct(d['control'])}%; difference {pct(d['difference'], '+')} points")  # fmt: skip
 
 
 def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
@@ -346,6 +400,8 @@ def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
     ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
     console.print(f"designer valid rate, second half: trained {_designs(v, 'trained')}, "
                   f"control {_designs(v, 'control')}, ratio {ratio}")  # fmt: skip
+    if fig.get("designer_eval"):
+        console.print(f"final designers: {_designer_line(fig['designer_eval'])}")
     moved = {k: r["param_max_abs_change"] for k, r in fig["runs"].items()}
     console.print(f"parameters moved (max |change| from the common start): {moved}")
     for name, t in fig["targets"].items():
@@ -375,10 +431,10 @@ def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
                 ax.plot(*zip(*pts), style, color="#777" if run == "difference" else f"C{i}", marker="o",
                         markersize=3, linewidth=1.0 if run == "difference" else 1.6,
                         label="trained - control" if run == "difference" else run)  # fmt: skip
-        if short == "heldout_win" and "all" in fig["heldout"]:
-            g = fig["heldout"]["all"]
+        final = {"heldout_win": fig["heldout"].get("all"), "valid_rate": fig.get("designer_eval")}.get(short)
+        if final:  # the final policies' evaluation (held-out plays; designs from the same prompts)
             for run, x, face in (("trained", steps + 0.3, "C3"), ("control", steps + 0.55, "white")):
-                m = g[run]
+                m = final[run]
                 ax.errorbar([x], [m["mean"]], yerr=[[m["mean"] - m["lo"]], [m["hi"] - m["mean"]]], fmt="s",
                             color="C3", mfc=face, capsize=4, label=f"final eval, {run} (95% CI)")  # fmt: skip
         ax.set_title(title, fontsize=11)
@@ -409,10 +465,15 @@ def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:
     ratio = "inf" if v["ratio_infinite"] else _f(v["ratio"])
     text += ["", "Designer valid rate, 2nd half", f"  trained {_designs(v, 'trained')}",
              f"  control {_designs(v, 'control')}", f"  ratio {ratio}", ""]  # fmt: skip
+    d = fig.get("designer_eval")
+    if d:
+        n = d["designs"]
+        text += ["Final designers (same prompts, seeds)", f"  trained {d['valid']['trained']} of {n} valid",
+                 f"  control {d['valid']['control']} of {n} valid", ""]  # fmt: skip
     text += [f"{k}: {'PASS' if t['passed'] else 'NOT REACHED'}" for k, t in fig["targets"].items()]
     for ax in axes[len(titles) :]:
         ax.axis("off")
-    axes[-1].text(0.02, 0.9, "\n".join(text), va="top", fontsize=11, family="monospace")
+    axes[-1].text(0.02, 0.98, "\n".join(text), va="top", fontsize=10, family="monospace")
     plt.tight_layout()
     plt.savefig(path)
     plt.close("all")
@@ -464,6 +525,8 @@ def main(argv: list[str] | None = None) -> int:
                          "reach): the target is then the --eval-family variants alone")  # fmt: skip
     ap.add_argument("--trained-envs", type=int, default=0,
                     help="also up to N environments both runs trained on (fresh seeds; not held out)")  # fmt: skip
+    ap.add_argument("--eval-designs", type=int, default=8,
+                    help="designs each final designer writes from the same prompts and seeds (0: none)")  # fmt: skip
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=1e-5")
     args = ap.parse_args(argv)
@@ -498,13 +561,14 @@ def main(argv: list[str] | None = None) -> int:
     envs = eval_envs(seeds, args.eval_variants, family, played, args.family_variants)
     envs += trained_on([d / "memory.sqlite" for d in dirs.values()], args.trained_envs)
     t0 = time.perf_counter()
-    evals = final_eval(cfg, dirs, start, out / "eval", envs, args.eval_plays)
+    evals = final_eval(cfg, dirs, start, out / "eval", envs, args.eval_plays, args.eval_designs)
     walls["final_eval_s"] = time.perf_counter() - t0
 
     metrics = {name: read_metrics(d / "metrics.jsonl") for name, d in dirs.items()}
     rows = step_rows(metrics["trained"], metrics["control"])
     heldout = heldout_figures(evals["trained"]["episodes"], evals["control"]["episodes"], args.bootstrap)
     valid = valid_rate_figures(metrics["trained"], metrics["control"], cfg.loop.steps)
+    designer = designer_figures(evals["trained"]["designs"], evals["control"]["designs"], args.bootstrap)
     walls["total_s"] = time.perf_counter() - t_all
     fig = {
         "preset": args.preset, "steps": cfg.loop.steps, "overrides": overrides,
@@ -514,7 +578,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": {name: {"dir": str(dirs[name]), "lr": c.learner.lr, **evals[name]}
                  for name, c in (("trained", cfg), ("control", control_cfg))},
         "warm_start_dir": str(start) if start else None,
-        "heldout": heldout, "per_step": rows, "valid_rate_second_half": valid,
+        "heldout": heldout, "per_step": rows, "valid_rate_second_half": valid, "designer_eval": designer,
         "targets": targets(heldout, valid), "wall": walls,
     }  # fmt: skip
     (out / "learning.json").write_text(json.dumps(fig, indent=1))
@@ -530,6 +594,8 @@ def main(argv: list[str] | None = None) -> int:
                "learning: held-out win, control": everything.get("control", {}).get("mean"),
                "learning: difference [95% CI]": f"{_f(d.get('mean'))} [{_f(d.get('lo'))}, {_f(d.get('hi'))}]",
                "learning: valid-rate ratio (2nd half)": fig["targets"]["valid_rate_ratio"]["measured"]}  # fmt: skip
+    if designer:
+        summary["learning: final designers"] = _designer_line(designer)
     title = f"spade-jax learning benchmark: {args.preset}, {cfg.loop.steps} steps (vs lr 0)"
     report = write_report(dirs["trained"], envs=env_rows, summary=summary, control=dirs["control"], title=title)
     console.print(f"wrote {out / 'learning.json'}, {out / 'learning.png'}, {report} "

@@ -63,6 +63,18 @@ def test_valid_rate_counts_only_second_half_design_rounds() -> None:
     assert bench._designs(v, "control") == "0.25 (1 of 4 designs)"
 
 
+def test_designer_figures_pair_designs_by_prompt() -> None:
+    rows = lambda valid, prompts="abcd": [{"design": i, "valid": v, "gate": "" if v else "step", "prompt": p}  # noqa: E731
+                                         for i, (v, p) in enumerate(zip(valid, prompts))]  # fmt: skip
+    d = bench.designer_figures(rows([1.0, 1.0, 0.0, 1.0]), rows([1.0, 0.0, 0.0, 0.0]))
+    assert d["valid"] == {"trained": 3, "control": 1} and d["ratio"] == 3.0
+    assert d["difference"]["mean"] == pytest.approx(0.5)
+    assert d["refused_by"] == {"trained": {"step": 1}, "control": {"step": 3}}
+    assert bench.designer_figures([], []) == {}
+    with pytest.raises(ValueError, match="do not pair up"):
+        bench.designer_figures(rows([1.0, 0.0]), rows([1.0, 0.0], prompts="ax"))
+
+
 def test_easiest_variants_are_easier_than_the_seed() -> None:
     from spade_jax.envs.seeds import load_seed_source
     from spade_jax.envs.variants import PARAMS, difficulty, seed_params
@@ -108,7 +120,8 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     (pool / "parity_game.py").write_text(COIN_ENV)
     out = tmp_path / "bench"
     rc = bench.main(["--preset", "tiny", "--steps", "2", "--out", str(out), "--eval-variants", "1",
-                     "--eval-plays", "2", "--trained-envs", "3", f"loop.pool={pool}", "loop.pool_envs_per_step=1",
+                     "--eval-plays", "2", "--trained-envs", "3", "--eval-designs", "2", f"loop.pool={pool}",
+                     "loop.pool_envs_per_step=1",
                      "selfplay.plays_per_condition=3", "loop.held_out=grid_maze,date_offset",
                      # A short warm start, run once and shared: the control keeps it and takes no RL step.
                      "loop.warmstart=true", "warmstart.epochs=1", "warmstart.designer_examples_per_seed=0",
@@ -146,6 +159,16 @@ def test_learning_bench_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     assert fig["heldout"]["all"]["episodes"] == 8  # held-out only: the trained-on environment is apart
     assert fig["heldout"]["trained"]["episodes"] == 2 and _ok(fig["heldout"]["trained"]["difference"])
     assert set(fig["heldout"]["per_env"]) == {e["env"] for e in fig["eval"]["environments"]}
+
+    # The final designers wrote from the same prompts (same targets and seeds: the state rolled back between
+    # runs), each design gated; their valid rates come with intervals and a paired difference.
+    designs = {run: runs[run]["designs"] for run in ("trained", "control")}
+    assert [d["design"] for d in designs["trained"]] == [0, 1]
+    assert [d["prompt"] for d in designs["trained"]] == [d["prompt"] for d in designs["control"]]
+    assert all((d["valid"] == 1.0) == (d["gate"] == "") for r in designs.values() for d in r)
+    d = fig["designer_eval"]
+    assert d["designs"] == 2 and all(_ok(d[run]) for run in ("trained", "control", "difference"))
+    assert d["valid"]["trained"] == sum(x["valid"] for x in designs["trained"])
 
     steps = [r["step"] for r in fig["per_step"]]
     assert steps == [1, 2]
