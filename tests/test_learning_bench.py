@@ -60,7 +60,9 @@ def test_valid_rate_counts_only_second_half_design_rounds() -> None:
     v = bench.valid_rate_figures(rows, control, 8)
     assert v["designs"] == {"trained": (1, 2), "control": (1, 4)}
     assert v["ratio"] == 2.0, "0.5 against 0.25"
-    assert bench._designs(v, "control") == "0.25 (1 of 4 designs)"
+    from learning_output import designs_text  # beside learning.py, which put its folder on sys.path
+
+    assert designs_text(v, "control") == "0.25 (1 of 4 designs)"
 
 
 def test_designer_figures_pair_designs_by_prompt() -> None:
