@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 
 from spade_jax.checkpoint import Checkpointer
+from spade_jax.compile_time import compile_seconds
 from spade_jax.hosts import Hosts
 from spade_jax.learn import band_stats, train_on
 from spade_jax.metrics import MetricsLogger
@@ -172,7 +173,7 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     """One step of the cycle (play, learn, maybe evaluate); returns its metrics row."""
     cfg = parts.cfg
     row: dict[str, float] = {}
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), compile_seconds()
     counts = _decode_counts(parts.sampler)
     with progress.phase(f"step {step + 1}: design, hints and play"):
         batch = play_step(parts, step)
@@ -192,4 +193,5 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
             row.update(evaluate(parts, step))
         row["time/eval"] = time.perf_counter() - t2
     row["time/step"] = time.perf_counter() - t0
+    row["time/compile"] = compile_seconds() - c0  # inside the phases above: tracing, lowering and XLA
     return row

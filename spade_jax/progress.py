@@ -1,4 +1,5 @@
-"""Terminal progress for long runs: a rich bar over steps plus the phase in progress and its key numbers."""
+"""Terminal progress for long runs: a rich bar over steps plus the phase in progress and its key numbers; each
+finished phase is logged with its seconds and how many of them went to compiling (compile_time.py)."""
 
 from __future__ import annotations
 
@@ -9,6 +10,8 @@ from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from spade_jax.compile_time import compile_seconds
 
 # Metrics shown after each step, when present (short label -> metric name).
 SHOWN = {
@@ -51,12 +54,14 @@ class StepProgress:
         if not self._started:
             self.start()
         self._progress.update(self._task, phase=name)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), compile_seconds()
         try:
             yield
         finally:
             self._progress.update(self._task, phase="")
-            self.console.log(f"{name} [dim]({time.perf_counter() - t0:.1f}s)[/dim]")
+            compiling = compile_seconds() - c0
+            of_which = f", {compiling:.1f}s of it compiling" if compiling > 0 else ""
+            self.console.log(f"{name} [dim]({time.perf_counter() - t0:.1f}s{of_which})[/dim]")
 
     def advance(self, metrics: dict[str, Any]) -> None:
         shown = [f"{label}={metrics[key]:.3g}" for label, key in SHOWN.items() if metrics.get(key) is not None]

@@ -6,6 +6,7 @@ the kill train (the metrics then depend on the params, the optimizer state and e
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -50,6 +51,9 @@ def test_kill_and_resume_matches_clean_run(tmp_path: Path, pool_dir: Path, clean
     # step 1 trains (the checkpoint holds an update and Adam's moments), and so does the replayed step 3 (its
     # metrics then depend on the restored parameters, optimizer state and streams); step 2 may draw an all-won group
     assert reference[0]["train/skipped"] == 0.0 and reference[-1]["train/skipped"] == 0.0, "steps 1 and 3 train"
+    raw = [json.loads(line) for line in (clean_run / "metrics.jsonl").read_text().splitlines()]
+    assert raw[0]["time/compile"] > 0, "step 1 compiles its programs, and says how long that took"
+    assert all(r["time/compile"] >= 0 for r in raw)
 
     proc = subprocess.Popen(
         _cmd(crashed, pool_dir), env=env, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
