@@ -344,8 +344,17 @@ def targets(heldout: dict[str, Any], valid: dict[str, Any]) -> dict[str, dict[st
         "heldout_win_diff": {"target": f">= {TARGET_WIN_DIFF:.2f} with the 95% interval above 0",
                              "measured": d.get("mean"), "lo": d.get("lo"), "passed": win_ok},
         "valid_rate_ratio": {"target": f">= {TARGET_VALID_RATIO:g}x the control's over the second half",
-                             "measured": ratio, "passed": bool(valid_ok)},
+                             "measured": ratio, "passed": bool(valid_ok), "limit": ratio_limit(valid["control"])},
     }  # fmt: skip
+
+
+def ratio_limit(control_rate: float | None) -> str:
+    """What bounds the valid-rate ratio: a control already valid at rate c leaves at most 1/c (every trained
+    design valid), so at c > 1/TARGET_VALID_RATIO the target is out of reach whatever the designer learns."""
+    if not control_rate or control_rate * TARGET_VALID_RATIO <= 1:
+        return ""
+    return (f"out of reach: the control's valid rate is {control_rate:.0%}, so the ratio is at most "
+            f"{1 / control_rate:.2f} (every trained design valid)")  # fmt: skip
 
 
 # --------------------------------------------------------------------------------------------------- main

@@ -69,7 +69,8 @@ def print_tables(console: Any, rows: list[dict], fig: dict[str, Any]) -> None:
     console.print(f"parameters moved (max |change| from the common start): {moved}")
     for name, t in fig["targets"].items():
         verdict = "[green]PASS[/green]" if t["passed"] else "[red]NOT REACHED[/red]"
-        console.print(f"{verdict}  {name}: target {t['target']}; measured {t['measured']}")
+        limit = f" ({t['limit']})" if t.get("limit") else ""
+        console.print(f"{verdict}  {name}: target {t['target']}; measured {t['measured']}{limit}")
 
 
 def plot(path: Path, rows: list[dict], fig: dict[str, Any]) -> Path:

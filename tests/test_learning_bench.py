@@ -63,6 +63,15 @@ def test_valid_rate_counts_only_second_half_design_rounds() -> None:
     from learning_output import designs_text  # beside learning.py, which put its folder on sys.path
 
     assert designs_text(v, "control") == "0.25 (1 of 4 designs)"
+    assert bench.targets({}, v)["valid_rate_ratio"]["limit"] == "", "at 25% the control leaves room for 2x"
+
+
+def test_a_valid_rate_ratio_out_of_reach_says_why() -> None:
+    """A control valid 75% of the time caps the ratio at 1/0.75 = 1.33, whatever the trained designer does."""
+    assert bench.ratio_limit(0.75) == (
+        "out of reach: the control's valid rate is 75%, so the ratio is at most 1.33 (every trained design valid)"
+    )
+    assert bench.ratio_limit(0.5) == "" and bench.ratio_limit(None) == "" and bench.ratio_limit(0.0) == ""
 
 
 def test_designer_figures_pair_designs_by_prompt() -> None:
