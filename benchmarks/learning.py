@@ -31,6 +31,7 @@ round in the demo), too few for the second-half rate alone to tell the runs apar
 Targets: final held-out win rate >= 10 points above the control with the interval above 0; designer valid
 rate over the second half of the run >= 2x the control's. PASS / NOT REACHED is printed as measured.
 Writes DIR/learning.json (every figure), DIR/learning.png, and DIR/trained/report.html with the control.
+Run as a script, it keeps XLA's compiled programs on disk as `spade-jax selfplay` does (SPADE_JAX_COMPILE_CACHE).
 """
 
 from __future__ import annotations
@@ -481,4 +482,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from spade_jax.cli.train_cmds import compile_cache
+
+    compile_cache()  # as `spade-jax selfplay` does: after `make demo`, the same programs load from disk
     sys.exit(main())
