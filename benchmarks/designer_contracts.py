@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     console = Console(width=120)
 
+    from spade_jax.config.selfplay import DesignerConfig
     from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
     from spade_jax.model.loading import load_model
     from spade_jax.sampling import Sampler
-    from spade_jax.selfplay.config import DesignerConfig
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
     from spade_jax.selfplay.designer import Designer, DesignTarget
     from spade_jax.selfplay.memory import Memory
 

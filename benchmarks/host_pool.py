@@ -27,8 +27,8 @@ from pathlib import Path
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from spade_jax.envs.host_pool import HostPool  # noqa: E402
-from spade_jax.envs.sandbox import Launcher, SandboxConfig, SandboxUnavailable, detect_level, start_worker  # noqa: E402
+from spade_jax.sandbox.host_pool import HostPool  # noqa: E402
+from spade_jax.sandbox.launchers import Launcher, SandboxConfig, SandboxUnavailable, detect_level, start_worker  # noqa: E402
 
 ENV = """
 class Bench:

@@ -216,7 +216,7 @@ def _params(learner: Any) -> list[np.ndarray]:
 
 def _load(parts: Any, ckpt_dir: Path) -> int:
     """Puts the latest checkpoint's parameters in `parts` (learner and sampler); returns its step."""
-    from spade_jax.checkpoint import Checkpointer
+    from spade_jax.rundir.checkpoints import Checkpointer
 
     ckpt = Checkpointer(ckpt_dir, async_save=False)
     try:
@@ -234,7 +234,7 @@ def final_eval(cfg: Any, run_dirs: dict[str, Path], start: Path | None, eval_dir
     """Each run's final policy on `envs` and, with `designs`, as designer (`design_eval`); one build of the
     run's parts, parameters swapped per run; and how far its parameters moved from where both runs started
     (the warm-start checkpoint, else the initial model)."""
-    from spade_jax.parts import build
+    from spade_jax.run.parts import build
 
     parts = build(cfg, eval_dir)
     try:
@@ -361,7 +361,7 @@ def ratio_limit(control_rate: float | None) -> str:
 # --------------------------------------------------------------------------------------------------- main
 def _runs(cfg: Any, control_cfg: Any, out: Path, console: Any) -> tuple[dict[str, Path], Path | None, dict]:
     """Runs trained and control (after one shared warm start, when the config has one)."""
-    from spade_jax.loop import run
+    from spade_jax.run.loop import run
 
     dirs = {"trained": out / "trained", "control": out / "control"}
     for d in (*dirs.values(), out / "start", out / "eval"):
@@ -415,11 +415,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.console import Console
 
-    from spade_jax.metrics import read_metrics
-    from spade_jax.overrides import apply_overrides
+    from spade_jax.config.overrides import apply_overrides
+    from spade_jax.config.run import load_run_config
     from spade_jax.report import write_report
     from spade_jax.report.envs import report_envs
-    from spade_jax.run_config import load_run_config
+    from spade_jax.rundir.metrics import read_metrics
     from spade_jax.selfplay.memory import Memory
 
     logging.basicConfig(level=logging.WARNING, format="%(message)s")

@@ -1,7 +1,7 @@
 """Page faults of repeated jitted calls under glibc's default malloc vs our heap-keeping tunables.
 
 Each call of a jitted function returns a fresh 64 MiB buffer, over the 32 MiB ceiling of glibc's adaptive
-mmap threshold, so under the defaults every call maps (and faults in) new pages; with `spade_jax.malloc`'s
+mmap threshold, so under the defaults every call maps (and faults in) new pages; with `spade_jax.infra.malloc`'s
 tunables the calls reuse heap memory. The heap can still land beside another mapping and fall back to mmap
 for a call (it depends on address-space layout), which is why this is a benchmark with N processes per side
 and not a test. Usage:
@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 
-from spade_jax import malloc
+from spade_jax.infra import malloc
 
 FAULTS = """
 import json, resource

@@ -28,12 +28,12 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from spade_jax.config.run import load_run_config  # noqa: E402
 from spade_jax.model.config import ModelConfig  # noqa: E402
 from spade_jax.model.presets import load_preset  # noqa: E402
 from spade_jax.model.sharding import DEFAULT_RULES, MESH_AXES  # noqa: E402
 from spade_jax.model.transformer import Transformer  # noqa: E402
 from spade_jax.rl.learner import LearnerConfig, make_optimizer  # noqa: E402
-from spade_jax.run_config import load_run_config  # noqa: E402
 
 GIB = 2**30
 MODELS = ("qwen3-4b", "qwen3-8b", "qwen3-30b-a3b")

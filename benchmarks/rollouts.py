@@ -157,12 +157,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     console = Console(width=140)
 
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.config.selfplay import RolloutConfig
     from spade_jax.envs.seeds import list_seeds, load_seed_source
     from spade_jax.model.loading import load_model
     from spade_jax.sampling import Sampler
-    from spade_jax.selfplay.config import RolloutConfig
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
     from spade_jax.selfplay.rollouts import EpisodeSpec, ModelPolicy, RolloutEngine
 
     kinds = {s.name: s.kind for s in list_seeds()}

@@ -142,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.model} ({weights} weights, {cfg.num_params / 1e6:.0f}M params), batch {args.batch} x {args.length}"
         f" = {tokens} tokens/step, float32, {os.cpu_count()} CPUs, loaded in {time.perf_counter() - t0:.1f}s"
     )
-    from spade_jax import malloc
+    from spade_jax.infra import malloc
 
     console.print(f"malloc: {'heap-keeping GLIBC_TUNABLES' if malloc.applied() else 'system default'} (both sides)")
     steppers = {}
@@ -184,7 +184,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from spade_jax import malloc
+    from spade_jax.infra import malloc
 
     malloc.reexec_with_tunables()  # both peers run with the same heap-keeping malloc settings (see the module)
     sys.exit(main())

@@ -17,7 +17,7 @@ INSTALL_SYSTEM_DEPS = "scripts/install_system_deps.sh"  # the sandbox runtimes (
 
 
 def is_remote(run_dir: str) -> bool:
-    """gs://... (shared by every host), as `spade_jax.rundir.is_remote`, without importing the package."""
+    """gs://... (shared by every host), as `spade_jax.rundir.paths.is_remote`, without importing the package."""
     return run_dir.startswith("gs://")
 
 

@@ -1,6 +1,6 @@
 """The seams between the parts of a run, as small Protocols: what the self-play half needs of a sampler, a
 tokenizer, a sandbox pool and its sessions, and a grounding corpus. The real ones are `sampling.Sampler`,
-`model.tokenizer.Tokenizer`, `envs.host_pool.HostPool` / `EnvSession` and `selfplay.corpus.Corpus`; tests and
+`model.tokenizer.Tokenizer`, `sandbox.host_pool.HostPool` / `EnvSession` and `selfplay.corpus.Corpus`; tests and
 benchmarks pass anything with the same methods. Standard library only: the sandbox side imports nothing of
 the model's, and these are only types (nothing here checks at run time).
 """
@@ -14,7 +14,7 @@ __all__ = ["CallOutcome", "EnvPool", "EnvSessionLike", "GroundingCorpus", "Sampl
 
 
 class CallOutcome(Protocol):
-    """One call into a sandboxed environment (`envs.host_pool.CallResult`): a value, or a structured failure."""
+    """One call into a sandboxed environment (`sandbox.host_pool.CallResult`): a value, or a structured failure."""
 
     ok: bool
     value: Any
@@ -32,7 +32,7 @@ class EnvSessionLike(Protocol):
 
 
 class EnvPool(Protocol):
-    """Sandbox workers that load environment programs (`envs.host_pool.HostPool`): `num_workers` sandboxes,
+    """Sandbox workers that load environment programs (`sandbox.host_pool.HostPool`): `num_workers` sandboxes,
     `capacity` sessions in flight at most (num_workers x sessions per worker); open() blocks beyond it."""
 
     num_workers: int

@@ -24,7 +24,7 @@ STREAMS = (
     "eval",  # sampling in agentic evaluation, per batch
     "heldout",  # reset seeds of held-out evaluation plays
     "hints",  # the hint writer's sampling, per step
-    "host",  # a non-leading host's sampling seeds in a multi-host job, per host (hosts.py)
+    "host",  # a non-leading host's sampling seeds in a multi-host job, per host (infra/hosts.py)
     "memory",  # exemplar draws from the archive (selfplay.memory.seed when unset)
     "play",  # reset seeds of training plays
     "pool",  # which environments a fixed pool serves at a step

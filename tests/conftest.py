@@ -9,8 +9,8 @@ import pytest
 def pool(request):
     """A gVisor (else the best available) host pool, one per module; a module may set POOL_WORKERS and
     POOL_CALL_TIMEOUT_S."""
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
 
     workers = getattr(request.module, "POOL_WORKERS", 4)
     timeout = getattr(request.module, "POOL_CALL_TIMEOUT_S", 3.0)

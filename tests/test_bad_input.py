@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from spade_jax.overrides import ConfigError
-from spade_jax.run_config import load_run_config
+from spade_jax.config.overrides import ConfigError
+from spade_jax.config.run import load_run_config
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -148,7 +148,7 @@ def test_gate_and_contract_settings_are_checked(override: str, expected: str) ->
 
 def test_gate_settings_reach_the_run() -> None:
     """The gates' knobs are part of the run config (and its config.json), the run's own key and turn cap kept."""
-    from spade_jax.run_config import RunConfig
+    from spade_jax.config.run import RunConfig
 
     cfg = load_run_config("tiny", ["selfplay.gates.max_random_win_rate=0.05", "selfplay.gates.static.max_lines=900"])
     assert (cfg.selfplay.gates.max_random_win_rate, cfg.selfplay.gates.static.max_lines) == (0.05, 900)

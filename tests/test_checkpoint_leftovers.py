@@ -17,8 +17,8 @@ import logging
 import jax.numpy as jnp
 import pytest
 
-from spade_jax import checkpoint
-from spade_jax.checkpoint import Checkpointer, _drop_stray_read_errors
+from spade_jax.rundir import checkpoints as checkpoint
+from spade_jax.rundir.checkpoints import Checkpointer, _drop_stray_read_errors
 
 
 @pytest.fixture(scope="module")

@@ -8,8 +8,8 @@ import sys
 
 import pytest
 
-from spade_jax.overrides import ConfigError
-from spade_jax.run_config import RUN_PRESETS, RunConfig, load_run_config
+from spade_jax.config.overrides import ConfigError
+from spade_jax.config.run import RUN_PRESETS, RunConfig, load_run_config
 
 
 @pytest.mark.parametrize(
@@ -66,7 +66,7 @@ def test_overrides_reach_nested_sections() -> None:
 
 
 def test_a_resume_warning_names_the_keys_that_changed() -> None:
-    from spade_jax.loop import _changed
+    from spade_jax.run.loop import _changed
 
     saved = load_run_config("demo")
     resumed = load_run_config("demo", ["loop.steps=8", "learner.lr=0", "selfplay.rollout.max_turns=7"])

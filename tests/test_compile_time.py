@@ -15,8 +15,8 @@ SCRIPT = textwrap.dedent("""
     import io
     import jax, jax.numpy as jnp
     from rich.console import Console
-    from spade_jax.compile_time import compile_seconds
-    from spade_jax.progress import StepProgress
+    from spade_jax.infra.compile_time import compile_seconds
+    from spade_jax.run.progress import StepProgress
 
     fn = jax.jit(lambda x: jnp.tanh(x) @ x.T + 3.0)
     x = jnp.ones((8, 8))

@@ -8,9 +8,9 @@ import re
 
 import pytest
 
+from spade_jax.config.selfplay import DesignerConfig
 from spade_jax.envs.contract import CONTRACT_TEXT, CONTRACT_TEXT_SHORT, contract_text
-from spade_jax.envs.gates import validate
-from spade_jax.selfplay.config import DesignerConfig
+from spade_jax.gates.sandboxed import validate
 from spade_jax.selfplay.designer import Designer, DesignTarget, PromptParts, design_messages
 from spade_jax.selfplay.memory import Memory
 
@@ -59,8 +59,8 @@ def test_config_switch_validated_and_used_by_the_prompt(tokenizer):
 
 
 def test_switches_reachable_from_the_run_config():
-    from spade_jax.overrides import ConfigError
-    from spade_jax.run_config import load_run_config
+    from spade_jax.config.overrides import ConfigError
+    from spade_jax.config.run import load_run_config
 
     over = ["selfplay.designer.contract=short", "warmstart.designer_variants_per_seed=3",
             "warmstart.designer_variant_direction=easier"]  # fmt: skip

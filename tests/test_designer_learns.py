@@ -42,12 +42,12 @@ import pytest
 from flax import nnx
 
 import spade_jax.selfplay.designer as designer_module
-from spade_jax.envs.novelty import NoveltyIndex, NoveltyResult
-from spade_jax.learn import train_on
+from spade_jax.config.run import LoopConfig
+from spade_jax.config.selfplay import DesignerConfig, HintConfig, MemoryConfig, RolloutConfig, SelfPlayConfig
+from spade_jax.gates.novelty import NoveltyIndex, NoveltyResult
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
-from spade_jax.run_config import LoopConfig
-from spade_jax.selfplay.config import DesignerConfig, HintConfig, MemoryConfig, RolloutConfig, SelfPlayConfig
+from spade_jax.run.learn import train_on
 from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.policies import ScriptedPolicy
@@ -124,7 +124,7 @@ def _designer_prompt(sp: SelfPlay) -> list[int]:
 
 
 def _answer(tokenizer, source: str) -> list[int]:
-    """The designer's target completion, as the warm start writes it (spade_jax.warmstart.designer_examples)."""
+    """The designer's target completion, as the warm start writes it (spade_jax.run.warmstart.designer_examples)."""
     eos = list(tokenizer.eos_ids)[:1]
     return list(tokenizer.encode(f"```python\n{source.strip()}\n```", add_special_tokens=False)) + eos
 
@@ -242,10 +242,10 @@ def test_the_designer_learns_to_write_the_in_band_program(pool, monkeypatch):
 if __name__ == "__main__":  # the figures over several seeds: python tests/test_designer_learns.py 0,1,2
     import sys
 
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
     from spade_jax.model.loading import load_model
     from spade_jax.sampling import Sampler
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
 
     designer_module.contract_text = lambda name="full": SHORT_CONTRACT
     pool = HostPool(num_workers=POOL_WORKERS, sandbox=SandboxConfig(level="auto", call_timeout_s=POOL_CALL_TIMEOUT_S))

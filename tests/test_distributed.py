@@ -1,4 +1,4 @@
-"""Multi-host: two local CPU processes joined into one JAX job through `spade_jax.distributed.initialize` (the
+"""Multi-host: two local CPU processes joined into one JAX job through `spade_jax.infra.distributed.initialize` (the
 SPADE_* variables `launch/local.py` sets) run a sharded learner step over the global mesh; loss, gradient norm and
 the updated parameters match one process holding the same number of devices."""
 
@@ -19,7 +19,7 @@ STEPS = 2
 
 def _worker() -> None:
     """One process of the job (or the whole single-process reference); prints RESULTS <json> from process 0."""
-    from spade_jax.distributed import initialize
+    from spade_jax.infra.distributed import initialize
 
     info = initialize()  # before any other JAX call: joins the job when SPADE_NUM_PROCESSES > 1
 
@@ -64,7 +64,7 @@ def _worker() -> None:
     }
     sample = learner.model.layers[0].attn.q_proj.kernel[...]
 
-    from spade_jax.hosts import Hosts
+    from spade_jax.infra.hosts import Hosts
     from spade_jax.model.sharding import local_replica
 
     hosts = Hosts.current()  # each process maps its block of 5 items; both get all 5 back, in order
@@ -179,7 +179,7 @@ def test_hosts_divide_a_list_and_every_process_gets_all_results(runs) -> None:
 
 
 def test_process_info_from_env() -> None:
-    from spade_jax.distributed import process_info_from_env
+    from spade_jax.infra.distributed import process_info_from_env
 
     info = process_info_from_env(
         {"SPADE_COORDINATOR": "10.0.0.1:8476", "SPADE_NUM_PROCESSES": "4", "SPADE_PROCESS_ID": "3"}

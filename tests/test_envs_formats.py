@@ -8,7 +8,7 @@ import pytest
 
 from spade_jax.envs.formats import ADDED_MARK, complete_imports, env_meta, missing_imports, source_contract
 from spade_jax.envs.seeds import load_seed_source
-from spade_jax.envs.static_checks import check_static
+from spade_jax.gates.static import check_static
 
 PLAIN = '''"""A docstring first."""
 from __future__ import annotations

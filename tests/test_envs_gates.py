@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 from players import expectation
 
-from spade_jax.envs.gates import GATES, GateConfig, validate, validate_static
 from spade_jax.envs.seeds import list_seeds, load_seed_source
+from spade_jax.gates.sandboxed import GATES, GateConfig, validate, validate_static
 
 BROKEN_DIR = Path(__file__).parent / "broken_envs"
 SEEDS = {s.name: load_seed_source(s.name) for s in list_seeds()}
@@ -26,8 +26,8 @@ DYNAMIC_CASES = [p for p in BROKEN if expectation(p)[0] not in STATIC_GATES]
 
 @pytest.fixture(scope="module")
 def pool():
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
 
     p = HostPool(num_workers=2, sandbox=SandboxConfig(level="auto", call_timeout_s=3.0, load_timeout_s=3.0))
     yield p
@@ -133,7 +133,7 @@ def test_cli_static_failure_and_bad_input(capsys, tmp_path):
 
 @pytest.mark.sandbox
 def test_time_budget_and_index_archive(pool):
-    from spade_jax.envs.novelty import NoveltyIndex
+    from spade_jax.gates.novelty import NoveltyIndex
 
     slow = validate(SEEDS["grid_maze"], pool, config=GateConfig(time_budget_s=0.0))
     assert not slow.valid and slow.gate == "reset" and "budget" in slow.reason

@@ -8,8 +8,8 @@ import random
 import pytest
 
 from spade_jax.envs.contract import contract_examples
-from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, fingerprint, is_novel
 from spade_jax.envs.seeds import list_seeds, load_seed_source
+from spade_jax.gates.novelty import NoveltyConfig, NoveltyIndex, fingerprint, is_novel
 
 SEEDS = {s.name: load_seed_source(s.name) for s in list_seeds()}
 KEEP = {"self", "setup", "play", "check_answer", "hint", "reference_action", "random_action", "reset", "step"}

@@ -6,7 +6,7 @@ import pytest
 
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import list_seeds, load_seed_source
-from spade_jax.envs.static_checks import StaticConfig, check_static
+from spade_jax.gates.static import StaticConfig, check_static
 
 HEAD = "from spade_jax.envs.base import GameEnv\n\n\nclass G(GameEnv):\n"
 

@@ -12,13 +12,13 @@ import types
 
 import pytest
 
+from spade_jax.config.warmstart import WarmStartConfig
 from spade_jax.envs.base import TextEnv
-from spade_jax.envs.gates import validate
-from spade_jax.envs.novelty import NoveltyIndex
 from spade_jax.envs.seeds import list_seeds, load_seed_source
 from spade_jax.envs.variants import PARAMS, difficulty, extremes, make_variants, seed_params, variant_source
-from spade_jax.warmstart import designer_examples
-from spade_jax.warmstart_config import WarmStartConfig
+from spade_jax.gates.novelty import NoveltyIndex
+from spade_jax.gates.sandboxed import validate
+from spade_jax.run.warmstart import designer_examples
 
 NAMES = [s.name for s in list_seeds()]
 POOL_WORKERS = 2  # for the `pool` fixture in conftest.py

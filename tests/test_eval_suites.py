@@ -5,12 +5,12 @@ import re
 
 import pytest
 
+from spade_jax.envs.pools import load_pool
 from spade_jax.eval.agent import ScriptedModel
 from spade_jax.eval.code_exec import run_programs
 from spade_jax.eval.code_suites import HumanEvalSuite, humaneval_program, load_humaneval
 from spade_jax.eval.core import EvalContext
 from spade_jax.eval.games import GamesSuite, game_outcome
-from spade_jax.eval.pools import load_pool
 from spade_jax.eval.qa_suites import ChampSuite, GPQASuite, MathFileSuite, ReasoningGymSuite
 from spade_jax.eval.registry import evaluate, resolve_suites
 from spade_jax.eval.sandboxed import InProcessRunner, default_runner
@@ -161,7 +161,7 @@ def test_every_listed_game_starts_offline():
 
 @pytest.mark.parametrize("pool", ["seeds", "textarena", "reasoning_gym"])
 def test_pools_are_valid_environments(pool):
-    from spade_jax.envs.gates import validate_static
+    from spade_jax.gates.sandboxed import validate_static
 
     specs = load_pool(pool)
     assert len(specs) >= 3

@@ -144,7 +144,7 @@ def test_parquet_holds_the_same_rows(run_dir: Path, tmp_path: Path) -> None:
 
 
 def test_the_export_loads_back_as_a_pool(run_dir: Path, tmp_path: Path) -> None:
-    from spade_jax.eval.pools import load_pool
+    from spade_jax.envs.pools import load_pool
 
     out = tmp_path / "out"
     assert _export(run_dir, out) == 0

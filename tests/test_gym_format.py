@@ -21,10 +21,10 @@ import pytest
 from players import expectation
 
 from spade_jax.envs.formats import ADDED_MARK, complete_imports, missing_imports, source_contract
-from spade_jax.envs.gates import GATES, GateConfig, validate
+from spade_jax.envs.pools import CHECKSUMS, MANIFEST, load_pool, verify_checksums
 from spade_jax.envs.seeds import list_seeds, load_seed_source
-from spade_jax.envs.static_checks import check_static
-from spade_jax.eval.pools import CHECKSUMS, MANIFEST, load_pool, verify_checksums
+from spade_jax.gates.sandboxed import GATES, GateConfig, validate
+from spade_jax.gates.static import check_static
 
 POOL_WORKERS = 2  # the conftest `pool` fixture: a gVisor (else best available) HostPool per module
 POOL_CALL_TIMEOUT_S = 3.0

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from spade_jax import streams
-from spade_jax.hosts import Hosts
+from spade_jax.infra.hosts import Hosts
 
 
 @pytest.mark.parametrize("count", [1, 2, 3, 7, 16, 64])

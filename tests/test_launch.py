@@ -1,6 +1,6 @@
 """Launchers (`python -m launch.local / launch.slurm / launch.tpu_pod`): --dry-run prints the exact commands, and
 a real run (with stand-in `gcloud`, `tar`, `sbatch`, `srun`, `scontrol` and `spade-jax` programs on PATH that
-record what they are given) executes exactly those commands, with the SPADE_* variables `spade_jax.distributed`
+record what they are given) executes exactly those commands, with the SPADE_* variables `spade_jax.infra.distributed`
 reads set right in every process."""
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.distributed import process_info_from_env
+from spade_jax.infra.distributed import process_info_from_env
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -89,7 +89,7 @@ def test_local_dry_run_and_run(fake_bin, tmp_path: Path) -> None:
             "JAX_PLATFORMS": "cpu",
         }
         assert words[5:] == [spade, "selfplay", "--preset", "tiny", "--run-dir", "runs/x", "loop.steps=4"]
-        info = process_info_from_env(assigns)  # what spade_jax.distributed.initialize will join
+        info = process_info_from_env(assigns)  # what spade_jax.infra.distributed.initialize will join
         assert (info.process_id, info.num_processes, info.coordinator) == (i, 3, "127.0.0.1:9123")
 
     assert _launch("local", args, env, python=str(python)) == out  # a real run prints them and starts them

@@ -3,7 +3,7 @@
   sampler, learner or self-play packages;
 - `spade_jax.model` imports nothing of ours, `spade_jax.sampling` only the model;
 - `spade_jax.rl` imports neither `spade_jax.selfplay` nor `spade_jax.envs`;
-- `loop.py` stays short enough to read in one sitting (< 200 lines);
+- `run/loop.py` stays short enough to read in one sitting (< 200 lines);
 - config modules import nothing heavy: loading and checking a run config does not import jax (a subprocess,
   so that what this test process already imported does not count).
 Module-level and function-level imports both count (an import inside a function is still a dependency).
@@ -20,8 +20,8 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[1] / "spade_jax"
 HEAVY = ("jax", "jaxlib", "flax", "optax", "orbax", "grain", "tensorstore", "transformers", "torch")
-CONFIG_MODULES = ("spade_jax.run_config", "spade_jax.selfplay.config", "spade_jax.rl.config",
-                  "spade_jax.warmstart_config", "spade_jax.overrides")  # fmt: skip
+CONFIG_MODULES = ("spade_jax.config.run", "spade_jax.config.selfplay", "spade_jax.config.learner",
+                  "spade_jax.config.warmstart", "spade_jax.config.overrides")  # fmt: skip
 
 
 def _imports(path: Path) -> set[str]:
@@ -52,12 +52,12 @@ def _violations(subpackage: str, forbidden: tuple[str, ...]) -> list[str]:
 
 def test_envs_imports_no_jax_and_no_higher_layer():
     forbidden = (*HEAVY, "spade_jax.model", "spade_jax.sampling", "spade_jax.rl", "spade_jax.selfplay",
-                 "spade_jax.loop", "spade_jax.checkpoint")  # fmt: skip
+                 "spade_jax.run.loop", "spade_jax.rundir.checkpoints")  # fmt: skip
     assert _violations("envs", forbidden) == []
 
 
 def test_model_imports_nothing_of_ours_and_sampling_only_the_model():
-    ours = ("spade_jax.envs", "spade_jax.rl", "spade_jax.selfplay", "spade_jax.loop", "spade_jax.eval")
+    ours = ("spade_jax.envs", "spade_jax.rl", "spade_jax.selfplay", "spade_jax.run.loop", "spade_jax.eval")
     assert _violations("model", (*ours, "spade_jax.sampling")) == []
     assert _violations("sampling", ours) == []
 
@@ -87,8 +87,8 @@ def test_the_rule_checker_sees_a_violation(tmp_path):
 
 
 def test_loop_reads_in_one_sitting():
-    lines = (PACKAGE / "loop.py").read_text(encoding="utf-8").count("\n")
-    assert lines < 200, f"loop.py has {lines} lines"
+    lines = (PACKAGE / "run/loop.py").read_text(encoding="utf-8").count("\n")
+    assert lines < 200, f"run/loop.py has {lines} lines"
 
 
 @pytest.mark.parametrize("module", CONFIG_MODULES)
@@ -102,7 +102,7 @@ def test_a_run_config_builds_and_checks_without_jax():
     """A preset with overrides is built and validated (the CLI's first step) before jax is imported."""
     code = (
         "import sys\n"
-        "from spade_jax.run_config import load_run_config\n"
+        "from spade_jax.config.run import load_run_config\n"
         "cfg = load_run_config('demo', ['loop.steps=2', 'selfplay.plays_per_condition=2'])\n"
         "assert cfg.loop.steps == 2\n"
         f"print(','.join(m for m in {HEAVY!r} if m in sys.modules))\n"

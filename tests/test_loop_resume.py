@@ -127,8 +127,8 @@ def test_export_hf_loads_in_transformers_with_the_trained_weights(tmp_path: Path
     from flax import nnx
     from transformers import AutoModelForCausalLM
 
-    from spade_jax.checkpoint import Checkpointer
     from spade_jax.model.loading import load_model
+    from spade_jax.rundir.checkpoints import Checkpointer
 
     out = tmp_path / "hf"
     subprocess.run(

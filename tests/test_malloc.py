@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from spade_jax import malloc
+from spade_jax.infra import malloc
 
 glibc_only = pytest.mark.skipif(
     not sys.platform.startswith("linux") or platform.libc_ver()[0] != "glibc", reason="glibc tunables (Linux)"
@@ -32,7 +32,7 @@ def test_tunables_env_adds_ours_and_keeps_the_callers():
 
 CHILD = """
 import os, sys
-from spade_jax import malloc
+from spade_jax.infra import malloc
 malloc.reexec_with_tunables()
 print(os.environ.get("GLIBC_TUNABLES", ""))
 """

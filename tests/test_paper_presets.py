@@ -15,10 +15,10 @@ from types import SimpleNamespace
 import pytest
 from players import ReplayDesigner, bisect_or_guess
 
+from spade_jax.config.run import RUN_PRESETS, load_run_config
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
-from spade_jax.learn import train_on
-from spade_jax.run_config import RUN_PRESETS, load_run_config
+from spade_jax.run.learn import train_on
 from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.rollouts import ScriptedPolicy
 

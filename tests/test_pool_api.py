@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs.host_pool import CallResult, HostPool
-from spade_jax.envs.sandbox import SandboxConfig, SandboxUnavailable, detect_level
+from spade_jax.sandbox.host_pool import CallResult, HostPool
+from spade_jax.sandbox.launchers import SandboxConfig, SandboxUnavailable, detect_level
 
 ENVS = Path(__file__).resolve().parent / "pool_envs"
 TIMEOUT = 1.0
@@ -274,8 +274,8 @@ def test_host_death_leaves_no_episode_processes():
     code = textwrap.dedent(
         """
         import os, sys
-        from spade_jax.envs.host_pool import HostPool
-        from spade_jax.envs.sandbox import SandboxConfig
+        from spade_jax.sandbox.host_pool import HostPool
+        from spade_jax.sandbox.launchers import SandboxConfig
         pool = HostPool(1, SandboxConfig(level="process"))
         s = pool.open(sys.stdin.read())
         print(s.reset().value[0], flush=True)

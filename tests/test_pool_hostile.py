@@ -22,10 +22,10 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs import cgroups
-from spade_jax.envs.host_pool import HostPool
-from spade_jax.envs.pool_worker import host_grace_s
-from spade_jax.envs.sandbox import SandboxConfig
+from spade_jax.sandbox import cgroups
+from spade_jax.sandbox.host_pool import HostPool
+from spade_jax.sandbox.launchers import SandboxConfig
+from spade_jax.sandbox.pool_worker import host_grace_s
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent
@@ -80,8 +80,8 @@ def host():
     home_secret = Path.home() / f".spade-hostile-secret-{tag}"
     home_secret.write_text(f"TOP-SECRET-{tag}")
     watched = [
-        REPO / "spade_jax" / "envs" / "worker.py",
-        REPO / "spade_jax" / "envs" / "episode.py",
+        REPO / "spade_jax" / "sandbox" / "inside" / "worker.py",
+        REPO / "spade_jax" / "sandbox" / "inside" / "episode.py",
         REPO / "pyproject.toml",
         os.path.realpath(shutil.which("python3") or "/usr/bin/python3"),
     ]

@@ -19,14 +19,14 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs import protocol
-from spade_jax.envs.cleanup import remove_tree
 from spade_jax.envs.contract import contract_examples
-from spade_jax.envs.gates import Verdict, validate
-from spade_jax.envs.host_pool import CallResult, HostPool
-from spade_jax.envs.replies import from_reply as _from_reply
-from spade_jax.envs.sandbox import SandboxConfig
-from spade_jax.envs.static_checks import check_static
+from spade_jax.gates.sandboxed import Verdict, validate
+from spade_jax.gates.static import check_static
+from spade_jax.sandbox import protocol
+from spade_jax.sandbox.host_pool import CallResult, HostPool
+from spade_jax.sandbox.inside.cleanup import remove_tree
+from spade_jax.sandbox.launchers import SandboxConfig
+from spade_jax.sandbox.replies import from_reply as _from_reply
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 RUN_ENDERS = ("surrogate_observation", "surrogate_exception", "huge_int_reward", "poisoned_info", "malformed_reply",
@@ -200,7 +200,7 @@ def test_validate_turns_an_unexpected_error_into_a_verdict_and_closes_the_sessio
 def test_a_cleanup_out_of_time_fails_the_close_so_the_host_replaces_the_sandbox(tmp_path):
     """The zygote answers `end` only once the session's uid is clean; out of budget, the answer is a failure (the
     host then replaces the sandbox) and the uid is not used again."""
-    from spade_jax.envs.worker import Cleaning, Zygote
+    from spade_jax.sandbox.inside.worker import Cleaning, Zygote
 
     scratch = tmp_path / "tmp"
     (scratch / "a" / "b").mkdir(parents=True)
@@ -256,7 +256,7 @@ def test_gates_return_a_verdict_and_the_next_env_is_served(pool, name):
 def test_a_forged_reply_never_wins_an_episode(pool, tokenizer):
     """The reply forgers queue a winning step reply before step() runs; in a rollout that episode is discarded
     as the environment's failure, never scored as a win, and the next environment is served."""
-    from spade_jax.selfplay.config import RolloutConfig
+    from spade_jax.config.selfplay import RolloutConfig
     from spade_jax.selfplay.rollouts import EpisodeSpec, RolloutEngine, ScriptedPolicy
 
     specs = [EpisodeSpec(name, _source(name), 0, "no_hint") for name in REPLY_FORGERS]
@@ -272,7 +272,7 @@ def test_a_forged_reply_never_wins_an_episode(pool, tokenizer):
 
 @pytest.mark.sandbox
 def test_rollouts_go_on_and_release_every_worker(pool, tokenizer):
-    from spade_jax.selfplay.config import RolloutConfig
+    from spade_jax.config.selfplay import RolloutConfig
     from spade_jax.selfplay.rollouts import EpisodeSpec, RolloutEngine, ScriptedPolicy
 
     specs = [EpisodeSpec(name, _source(name), 0, "no_hint") for name in RUN_ENDERS]

@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from spade_jax.cli import main as cli_main
-from spade_jax.envs.host_pool import HostPool
-from spade_jax.envs.sandbox import LEVELS, SandboxConfig, detect_level
+from spade_jax.sandbox.host_pool import HostPool
+from spade_jax.sandbox.launchers import LEVELS, SandboxConfig, detect_level
 
 ENVS = Path(__file__).resolve().parent / "pool_envs"
 HAVE = {"gvisor": shutil.which("runsc"), "bwrap": shutil.which("bwrap"), "process": True}

@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs import cgroups, sandbox, seccomp
-from spade_jax.envs.host_pool import HostPool
-from spade_jax.envs.sandbox import SandboxConfig
+from spade_jax.sandbox import cgroups, seccomp
+from spade_jax.sandbox import launchers as sandbox
+from spade_jax.sandbox.host_pool import HostPool
+from spade_jax.sandbox.launchers import SandboxConfig
 
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CONFIG = dict(call_timeout_s=5.0, load_timeout_s=5.0, memory_mb=128, tmp_mb=32)

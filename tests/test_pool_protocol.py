@@ -9,7 +9,8 @@ import time
 
 import pytest
 
-from spade_jax.envs import episode, protocol, worker
+from spade_jax.sandbox import protocol
+from spade_jax.sandbox.inside import episode, worker
 
 
 @pytest.fixture

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs import cgroups
-from spade_jax.envs.host_pool import HostPool
-from spade_jax.envs.sandbox import SandboxConfig
+from spade_jax.sandbox import cgroups
+from spade_jax.sandbox.host_pool import HostPool
+from spade_jax.sandbox.launchers import SandboxConfig
 
 HERE = Path(__file__).resolve().parent
 ENVS, HOSTILE = HERE / "pool_envs", HERE / "hostile"
@@ -139,7 +139,8 @@ def test_bad_sessions_per_worker():
 def test_one_session_per_worker_without_uids(monkeypatch, caplog):
     """A level whose episodes get no uid of their own (here: the launcher told so) cannot keep sessions apart:
     one per worker, said once."""
-    from spade_jax.envs import host_pool, sandbox
+    from spade_jax.sandbox import host_pool
+    from spade_jax.sandbox import launchers as sandbox
 
     real = sandbox.Launcher.__init__
 

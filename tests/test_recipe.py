@@ -11,11 +11,11 @@ from types import SimpleNamespace
 
 import pytest
 
+from spade_jax.config.overrides import ConfigError
+from spade_jax.config.run import RUN_PRESETS, load_run_config
+from spade_jax.config.selfplay import REFERENCE_OBSERVATION_TEMPLATE, DesignerConfig, HintConfig, RolloutConfig
 from spade_jax.envs.base import canonical_action, extract_boxed, reference_boxed_answer
 from spade_jax.model.presets import load_preset
-from spade_jax.overrides import ConfigError
-from spade_jax.run_config import RUN_PRESETS, load_run_config
-from spade_jax.selfplay.config import REFERENCE_OBSERVATION_TEMPLATE, DesignerConfig, HintConfig, RolloutConfig
 from spade_jax.selfplay.corpus import truncate_document
 from spade_jax.selfplay.designer import Designer
 from spade_jax.selfplay.hints import HintWriter
@@ -38,13 +38,14 @@ def qwen_tok(tokenizer):
 
 
 def test_recipe_doc_is_generated_and_current():
-    from spade_jax.recipe import DOC_PATH, render
+    from spade_jax.config.recipe import DOC_PATH, render
 
-    assert DOC_PATH.read_text(encoding="utf-8") == render(), "docs/recipe.md is stale: python -m spade_jax.recipe"
+    stale = "docs/recipe.md is stale: python -m spade_jax.config.recipe"
+    assert DOC_PATH.read_text(encoding="utf-8") == render(), stale
 
 
 def test_every_matching_row_matches_its_script():
-    from spade_jax.recipe import FACTS, comparisons
+    from spade_jax.config.recipe import FACTS, comparisons
 
     pairs = comparisons()
     bad = [(f.flag, script, preset, ref, ours) for f, script, preset, ref, ours in pairs if ref != ours]

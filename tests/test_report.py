@@ -15,11 +15,11 @@ import pytest
 
 from spade_jax.envs.seeds import list_seeds, load_seed_source
 from spade_jax.envs.variants import make_variants
-from spade_jax.learn import band_stats
-from spade_jax.metrics import MetricsLogger, read_metrics
 from spade_jax.report import KEY_PANELS, plot_metrics, write_report
 from spade_jax.report.envs import by_regret, first_last, report_envs
 from spade_jax.report.plots import CONTROL_SUFFIX
+from spade_jax.run.learn import band_stats
+from spade_jax.rundir.metrics import MetricsLogger, read_metrics
 from spade_jax.selfplay.memory import Memory
 
 TRAINED = {"eval/win_rate": [0.1, 0.3, 0.5], "design/valid_frac": [0.0, 0.5, 1.0],

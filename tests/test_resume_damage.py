@@ -192,8 +192,8 @@ def test_sigterm_shuts_down_cleanly(tmp_path: Path, pool_dir: Path):
 
 
 def test_stale_sandbox_dir_of_a_dead_run_is_removed_at_the_next_start(tmp_path: Path, monkeypatch):
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
 
     dead = subprocess.Popen(["true"])
     dead.wait()

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from spade_jax.checkpoint import Checkpointer
 from spade_jax.rl.batch import pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
+from spade_jax.rundir.checkpoints import Checkpointer
 from spade_jax.trajectory import ROLE_NAMES
 from tests.test_rl_learner import _model, _params, _samples
 

@@ -8,10 +8,10 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-import spade_jax.learn as learn
+import spade_jax.run.learn as learn
+from spade_jax.config.run import RUN_PRESETS, RunConfig
 from spade_jax.rl.batch import DEFAULT_BATCH_BUCKETS, Sample, bucket, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
-from spade_jax.run_config import RUN_PRESETS, RunConfig
 from tests.test_rl_learner import _model
 
 
@@ -20,7 +20,7 @@ def _long(n: int, role: int = 1, advantage: float = 1.0) -> Sample:
 
 
 def test_buckets_cover_max_total_len():
-    from spade_jax.rl.config import length_buckets_for
+    from spade_jax.config.learner import length_buckets_for
 
     assert length_buckets_for(32768) == (128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
     assert length_buckets_for(4096)[-1] == 4096 and length_buckets_for(5000)[-2:] == (4096, 5120)

@@ -1,5 +1,5 @@
-"""Run directories on gs:// (spade_jax/rundir.py, checkpoint.py) against a local GCS emulator (fake-gcs-server on
-loopback, tests/gcs_emulator.py): the staging copy's push and pull, an unreachable bucket, and Orbax
+"""Run directories on gs:// (spade_jax/rundir/paths.py, rundir/checkpoints.py) against a local GCS emulator
+(fake-gcs-server on loopback, tests/gcs_emulator.py): the staging copy's push and pull, an unreachable bucket, and Orbax
 checkpoints written to, restored from and set aside in the bucket."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from gcs_emulator import emulator, environ
 
-from spade_jax.rundir import RunDirError, open_run_dir, read_text, staging_dir
+from spade_jax.rundir.paths import RunDirError, open_run_dir, read_text, staging_dir
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +84,7 @@ def test_an_unreachable_bucket_is_one_line_at_open_and_a_warning_at_push(gcs, st
 def test_checkpoints_in_the_bucket_save_restore_and_set_aside(gcs, tmp_path: Path) -> None:
     import jax.numpy as jnp
 
-    from spade_jax.checkpoint import Checkpointer
+    from spade_jax.rundir.checkpoints import Checkpointer
 
     url = "gs://bkt/runs/c"
     ckpt = Checkpointer(f"{url}/checkpoints", max_to_keep=3, async_save=True)

@@ -1,5 +1,5 @@
 """Environments that pass every gate and cheat on the seeds they are trained on (the worst case: they know
-those seeds), against the audits of a self-play step (selfplay/audit.py) and the per-episode checks of the
+those seeds), against the audits of a self-play step (gates/audit.py) and the per-episode checks of the
 agent's plays. Each cheat is checked to pass the gates first; then one step must retire it, give its design
 the violation reward and train none of its plays, while an honest environment goes through untouched.
 Environments run for real in the host pool; a scripted agent stands in for the model.
@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from spade_jax.envs.gates import GateConfig, validate
-from spade_jax.selfplay.audit import Auditor, reward_violation
-from spade_jax.selfplay.config import CorpusConfig, DesignerConfig, HintConfig, RolloutConfig, SelfPlayConfig
+from spade_jax.config.selfplay import CorpusConfig, DesignerConfig, HintConfig, RolloutConfig, SelfPlayConfig
+from spade_jax.gates.audit import Auditor, reward_violation
+from spade_jax.gates.sandboxed import GateConfig, validate
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
 from spade_jax.selfplay.memory import Memory
 from spade_jax.selfplay.rollouts import ScriptedPolicy

@@ -8,7 +8,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from spade_jax.selfplay.config import CorpusConfig
+from spade_jax.config.selfplay import CorpusConfig
 from spade_jax.selfplay.corpus import Corpus, embedded_documents, truncate_document
 
 

@@ -11,11 +11,7 @@ import random
 import pytest
 
 from spade_jax import streams
-from spade_jax.envs.base import extract_boxed
-from spade_jax.envs.contract import contract_examples
-from spade_jax.envs.seeds import load_seed_source
-from spade_jax.envs.source import EnvSource
-from spade_jax.selfplay.config import (
+from spade_jax.config.selfplay import (
     CorpusConfig,
     DesignerConfig,
     HintConfig,
@@ -23,6 +19,10 @@ from spade_jax.selfplay.config import (
     RolloutConfig,
     SelfPlayConfig,
 )
+from spade_jax.envs.base import extract_boxed
+from spade_jax.envs.contract import contract_examples
+from spade_jax.envs.seeds import load_seed_source
+from spade_jax.envs.source import EnvSource
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
 from spade_jax.selfplay.hints import HintWriter, clean_hint, defines_hint
 from spade_jax.selfplay.regret import plateau

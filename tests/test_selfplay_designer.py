@@ -9,8 +9,8 @@ from dataclasses import dataclass
 
 import pytest
 
+from spade_jax.config.selfplay import DesignerConfig
 from spade_jax.envs.contract import contract_examples
-from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
 from spade_jax.selfplay.designer import Designer, DesignTarget, PromptParts
 from spade_jax.selfplay.memory import Memory

@@ -8,9 +8,9 @@
 
 from __future__ import annotations
 
+from spade_jax.config.selfplay import HintConfig, RolloutConfig
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.outcome import episode_outcome
-from spade_jax.selfplay.config import HintConfig, RolloutConfig
 from spade_jax.selfplay.hints import HintWriter
 from spade_jax.selfplay.rollouts import EpisodeSpec, RolloutEngine, ScriptedPolicy
 

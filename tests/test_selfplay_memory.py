@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import random
 
+from spade_jax.config.selfplay import MemoryConfig
 from spade_jax.envs.seeds import list_seeds, load_seed_source
-from spade_jax.selfplay.config import MemoryConfig
 from spade_jax.selfplay.memory import EnvRecord, Memory
 
 

@@ -10,10 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from spade_jax.envs.contract import CONTRACT_TEXT
-from spade_jax.envs.gates import validate_static
-from spade_jax.envs.seeds import load_seed_source
-from spade_jax.selfplay.config import (
+from spade_jax.config.selfplay import (
     CorpusConfig,
     DesignerConfig,
     HintConfig,
@@ -21,6 +18,9 @@ from spade_jax.selfplay.config import (
     RolloutConfig,
     SelfPlayConfig,
 )
+from spade_jax.envs.contract import CONTRACT_TEXT
+from spade_jax.envs.seeds import load_seed_source
+from spade_jax.gates.sandboxed import validate_static
 from spade_jax.selfplay.rollouts import EpisodeSpec, ModelPolicy, RolloutEngine
 
 pytestmark = pytest.mark.slow

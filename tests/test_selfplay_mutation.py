@@ -11,9 +11,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from spade_jax.envs.contract import contract_examples
-from spade_jax.envs.seeds import load_seed_source
-from spade_jax.selfplay.config import (
+from spade_jax.config.selfplay import (
     CorpusConfig,
     DesignerConfig,
     HintConfig,
@@ -21,6 +19,8 @@ from spade_jax.selfplay.config import (
     RolloutConfig,
     SelfPlayConfig,
 )
+from spade_jax.envs.contract import contract_examples
+from spade_jax.envs.seeds import load_seed_source
 from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.designer import Designer, DesignTarget, mutation_direction, mutation_messages
 from spade_jax.selfplay.memory import Memory

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from spade_jax.selfplay.config import RewardConfig
+from spade_jax.config.selfplay import RewardConfig
 from spade_jax.selfplay.regret import LearningProgress, designer_reward, measure_regret, plateau
 
 

@@ -12,9 +12,9 @@ import re
 
 import pytest
 
+from spade_jax.config.selfplay import RewardConfig, RolloutConfig
 from spade_jax.envs.base import extract_boxed
 from spade_jax.envs.contract import contract_examples
-from spade_jax.selfplay.config import RewardConfig, RolloutConfig
 from spade_jax.selfplay.regret import designer_reward, measure_regret, plateau
 from spade_jax.selfplay.rollouts import EpisodeSpec, RolloutEngine, ScriptedPolicy, TurnRequest
 

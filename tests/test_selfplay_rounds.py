@@ -11,12 +11,8 @@ from __future__ import annotations
 import pytest
 from players import ReplayDesigner, bisect_or_guess
 
-from spade_jax.envs.contract import contract_examples
-from spade_jax.envs.seeds import load_seed_source
-from spade_jax.learn import to_train_samples
-from spade_jax.run_config import LoopConfig
-from spade_jax.selfplay.batch import SelfPlayBatch
-from spade_jax.selfplay.config import (
+from spade_jax.config.run import LoopConfig
+from spade_jax.config.selfplay import (
     CorpusConfig,
     DesignerConfig,
     HintConfig,
@@ -25,6 +21,10 @@ from spade_jax.selfplay.config import (
     RolloutConfig,
     SelfPlayConfig,
 )
+from spade_jax.envs.contract import contract_examples
+from spade_jax.envs.seeds import load_seed_source
+from spade_jax.run.learn import to_train_samples
+from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
 from spade_jax.selfplay.regret import plateau
 from spade_jax.selfplay.rollouts import ScriptedPolicy

@@ -8,8 +8,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from spade_jax.config.selfplay import RolloutConfig
 from spade_jax.envs.seeds import load_seed_source
-from spade_jax.selfplay.config import RolloutConfig
 from spade_jax.selfplay.rollouts import EpisodeSpec, ModelPolicy, RolloutEngine
 
 pytestmark = pytest.mark.slow

@@ -9,8 +9,8 @@ import random
 import pytest
 
 from spade_jax import streams
-from spade_jax.run_config import RunConfig, load_run_config
-from spade_jax.selfplay.config import CorpusConfig, SelfPlayConfig
+from spade_jax.config.run import RunConfig, load_run_config
+from spade_jax.config.selfplay import CorpusConfig, SelfPlayConfig
 from spade_jax.selfplay.corpus import Corpus
 from spade_jax.selfplay.memory import Memory
 

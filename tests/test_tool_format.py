@@ -14,6 +14,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from spade_jax.config.selfplay import RolloutConfig
 from spade_jax.envs.base import TOOL_INSTRUCTIONS
 from spade_jax.envs.seeds import load_seed_class, load_seed_source
 from spade_jax.eval.agent import ChatModel, ScriptedModel
@@ -22,7 +23,6 @@ from spade_jax.eval.bfcl_data import ADD_FUNCTIONS_PROMPT, function_docs, load_b
 from spade_jax.eval.core import EvalContext
 from spade_jax.eval.sandboxed import InProcessRunner
 from spade_jax.model.chat_template import renders_tools
-from spade_jax.selfplay.config import RolloutConfig
 from spade_jax.selfplay.rollouts import EpisodeSpec, RolloutEngine, ScriptedPolicy, TurnRequest
 
 QWEN3_TEMPLATE = (Path(__file__).parent / "data" / "qwen3_chat_template.jinja").read_text()
@@ -175,8 +175,8 @@ def test_textual_tool_list_stays_for_chatml_text_format_and_bare_envs(pool, toke
 
 
 def test_tool_format_is_validated(tokenizer):
-    from spade_jax.overrides import ConfigError
-    from spade_jax.run_config import load_run_config
+    from spade_jax.config.overrides import ConfigError
+    from spade_jax.config.run import load_run_config
 
     assert load_run_config("paper-qwen3-4b-tool").selfplay.rollout.tool_format == "auto"
     assert load_run_config("paper-qwen3-4b-tool", ["selfplay.rollout.tool_format=text"]).selfplay.rollout.tool_format

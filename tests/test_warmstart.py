@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from spade_jax.config.selfplay import RolloutConfig
 from spade_jax.envs.seeds import list_seeds
-from spade_jax.selfplay.config import RolloutConfig
-from spade_jax.warmstart import agent_examples
+from spade_jax.run.warmstart import agent_examples
 
 ONE_TURN_SEEDS = ("knights_knaves", "linear_system", "date_offset")
 
@@ -65,11 +65,11 @@ def test_mutation_examples_show_a_parent_and_answer_with_a_variant_of_it(tokeniz
     """The designer's warm start for mutations: the first example shows the seed itself, unmeasured (a run's
     start); the others a variant with the win rate that calls for the change; every answer is a variant of
     the same seed that the gates' novelty check accepts as a parameter variant of its parent."""
-    from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex
-    from spade_jax.selfplay.config import DesignerConfig, MemoryConfig
+    from spade_jax.config.selfplay import DesignerConfig, MemoryConfig
+    from spade_jax.gates.novelty import NoveltyConfig, NoveltyIndex
+    from spade_jax.run.warmstart import mutation_examples
     from spade_jax.selfplay.designer import Designer
     from spade_jax.selfplay.memory import Memory
-    from spade_jax.warmstart import mutation_examples
 
     seed = next(s for s in list_seeds() if s.name == "sonar_hunt")
     mem = Memory(config=MemoryConfig(seed_from_library=False, max_param_variants=3))

@@ -11,8 +11,8 @@ import os
 import signal
 import sys
 
-from spade_jax import malloc
-from spade_jax.shutdown import exit_now, stop_on_signals
+from spade_jax.infra import malloc
+from spade_jax.infra.shutdown import exit_now, stop_on_signals
 
 # command name -> module (relative to spade_jax.cli) that registers it.
 COMMANDS: dict[str, str] = {
@@ -47,7 +47,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     command_line = argv is None
-    if command_line:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.malloc)
+    if command_line:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.infra.malloc)
         malloc.reexec_with_tunables()
     argv = sys.argv[1:] if argv is None else argv
     first = next((a for a in argv if not a.startswith("-")), None)

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from spade_jax.envs.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
+from spade_jax.sandbox.launchers import LEVEL_CHOICES as SANDBOX_LEVELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -32,7 +32,7 @@ def _sandbox_level(args: argparse.Namespace) -> int:
     import logging
     import socket
 
-    from spade_jax.envs.sandbox import SandboxUnavailable, detect_level
+    from spade_jax.sandbox.launchers import SandboxUnavailable, detect_level
 
     notes: list[str] = []
 
@@ -99,7 +99,7 @@ def _seed_archive(source: str) -> dict[str, str]:
 
 
 def _validate_env(args: argparse.Namespace) -> int:
-    from spade_jax.envs.gates import GateConfig, validate, validate_static
+    from spade_jax.gates.sandboxed import GateConfig, validate, validate_static
 
     source = _read_source(args.file)
     if args.max_turns < 1:
@@ -109,8 +109,8 @@ def _validate_env(args: argparse.Namespace) -> int:
     if verdict.valid:  # start sandbox workers only for code worth running
         import sys
 
-        from spade_jax.envs.host_pool import HostPool
-        from spade_jax.envs.sandbox import SandboxConfig, SandboxUnavailable
+        from spade_jax.sandbox.host_pool import HostPool
+        from spade_jax.sandbox.launchers import SandboxConfig, SandboxUnavailable
 
         sandbox_kwargs = {"level": args.sandbox}
         if args.call_timeout is not None:
@@ -135,7 +135,7 @@ def _validate_env(args: argparse.Namespace) -> int:
 def _print_verdict(file: str, verdict) -> None:
     """The verdict in a few lines; what the environment wrote (reason, names) has its control characters escaped,
     so it cannot repaint the verdict or drive the terminal."""
-    from spade_jax.envs.protocol import printable
+    from spade_jax.sandbox.protocol import printable
 
     d = verdict.details
     status = "VALID" if verdict.valid else "INVALID"
@@ -187,8 +187,8 @@ def _env_run(args: argparse.Namespace) -> int:
     import sys
 
     from spade_jax.envs.formats import complete_imports
-    from spade_jax.envs.host_pool import HostPool
-    from spade_jax.envs.sandbox import SandboxConfig, SandboxUnavailable
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig, SandboxUnavailable
 
     source = complete_imports(_read_source(args.file))  # as the gates and pools load it
     sandbox_kwargs: dict = {"level": args.sandbox}
@@ -249,14 +249,14 @@ def _result_fields(result, event: str | None) -> dict:
 
 def _emit_json(record: dict) -> None:
     """One JSON line; DEL, C1 and bidi controls (which ensure_ascii=False leaves raw) become \\u escapes."""
-    from spade_jax.envs.protocol import printable
+    from spade_jax.sandbox.protocol import printable
 
     print(printable(json.dumps(record, ensure_ascii=False, default=str), json_escapes=True), flush=True)
 
 
 def _emit_text(record: dict) -> None:
     """One event as text, every part the environment wrote with its control characters escaped."""
-    from spade_jax.envs.protocol import printable
+    from spade_jax.sandbox.protocol import printable
 
     print(printable(_event_text(record)), flush=True)
 
@@ -308,7 +308,7 @@ def _register_export_envs(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _export_envs(args: argparse.Namespace) -> int:
-    from spade_jax.envs_export import export_envs
+    from spade_jax.export.envs import export_envs
 
     statuses = tuple(s.strip() for s in args.status.split(",") if s.strip())
     result = export_envs(args.run_dir, args.out, all_origins=args.all_origins, statuses=statuses)

@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from spade_jax.envs.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
+from spade_jax.sandbox.launchers import LEVEL_CHOICES as SANDBOX_LEVELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -120,7 +120,7 @@ def _eval(args: argparse.Namespace) -> int:
     spec_suites = args.suite or ("" if args.pool else "all")
     suites = resolve_suites(",".join(x for x in (spec_suites, f"pool={args.pool}" if args.pool else "") if x))
     if args.pool:
-        from spade_jax.eval.pools import load_pool
+        from spade_jax.envs.pools import load_pool
 
         load_pool(args.pool)  # a bad pool directory is one line before the model loads
     spec = _model_spec(args)

@@ -38,9 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
 def _prepare(args: argparse.Namespace):
     """The run's config and its opened run directory; the refusals (several processes, a run directory the
     hosts do not share) come first, before any work, then JAX joins the job."""
-    from spade_jax.distributed import initialize, process_info_from_env
-    from spade_jax.run_config import load_run_config
-    from spade_jax.rundir import open_run_dir
+    from spade_jax.config.run import load_run_config
+    from spade_jax.infra.distributed import initialize, process_info_from_env
+    from spade_jax.rundir.paths import open_run_dir
 
     overrides = list(args.overrides)
     if args.corpus:
@@ -64,7 +64,7 @@ def _shared_run_dir(run_dir: str, n: int) -> None:
     shared (SPADE_SHARED_RUN_DIR=1: every process on one host, or a cluster file system)."""
     import os
 
-    from spade_jax.rundir import is_remote
+    from spade_jax.rundir.paths import is_remote
 
     if n > 1 and not is_remote(run_dir) and os.environ.get("SPADE_SHARED_RUN_DIR") != "1":
         raise ValueError(
@@ -100,7 +100,7 @@ def _print_summary(summary: dict) -> None:
 
 
 def _selfplay(args: argparse.Namespace) -> int:
-    from spade_jax.loop import run
+    from spade_jax.run.loop import run
 
     cfg, run_dir = _prepare(args)
     summary = run(cfg, run_dir, resume=args.resume)
@@ -113,7 +113,7 @@ def _selfplay(args: argparse.Namespace) -> int:
 
 
 def _warmstart(args: argparse.Namespace) -> int:
-    from spade_jax.loop import run
+    from spade_jax.run.loop import run
 
     cfg, run_dir = _prepare(args)
     cfg = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, warmstart=True, steps=0))
@@ -127,7 +127,7 @@ def _warmstart(args: argparse.Namespace) -> int:
 
 
 def _export_hf(args: argparse.Namespace) -> int:
-    from spade_jax.export import export_run
+    from spade_jax.export.hf import export_run
 
     out = export_run(args.run_dir, args.out, step=args.step, dtype=args.dtype)
     print(f"wrote {out}", file=sys.stderr)

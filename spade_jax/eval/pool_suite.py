@@ -1,7 +1,7 @@
 """Pool suite (`--suite pool=DIR` or `--pool DIR`): the model plays every environment of a pool directory, in the
 sandbox, without hints; win rate overall and per environment.
 
-The directory is read by `spade_jax.eval.pools.load_pool`: a flat directory of either contract's files, or the
+The directory is read by `spade_jax.envs.pools.load_pool`: a flat directory of either contract's files, or the
 layout of the paper's released pool and of `spade-jax export-envs` (checksums verified). Each environment is
 played `plays` times on held-out seeds (the training pools draw small seeds); the episode outcome is the
 training rule (`envs.outcome`: terminal reward, a win at >= 0.999). A session that fails to load, or a call
@@ -58,7 +58,7 @@ class PoolSuite:
     main_metric = "win_rate"
 
     def __init__(self, path: str, *, plays: int = 2, max_turns: int = 10):
-        from spade_jax.eval.pools import load_pool
+        from spade_jax.envs.pools import load_pool
 
         self.path, self.plays, self.max_turns = path, int(plays), int(max_turns)
         self.envs = load_pool(path)  # a bad directory is one ValueError line, before any model is loaded

@@ -1,6 +1,6 @@
 """How evaluation runs untrusted or foreign code: in the sandboxed host pool, or in-process for trusted code.
 
-`SandboxRunner(pool)` opens environment sources in `spade_jax.envs.host_pool.HostPool` workers; `InProcessRunner`
+`SandboxRunner(pool)` opens environment sources in `spade_jax.sandbox.host_pool.HostPool` workers; `InProcessRunner`
 runs the same sources in this process (only for trusted code: BFCL's own backends in tests, our seed envs).
 Both hand back sessions with `reset(seed)`, `call(method, *args)` and `close()` returning results with
 `ok`, `value`, `error` and `message`, the host pool's `CallResult` shape.
@@ -125,8 +125,8 @@ class SandboxRunner:
     ):
         self._own = pool is None
         if pool is None:
-            from spade_jax.envs.host_pool import HostPool
-            from spade_jax.envs.sandbox import SandboxConfig
+            from spade_jax.sandbox.host_pool import HostPool
+            from spade_jax.sandbox.launchers import SandboxConfig
 
             config = SandboxConfig(level=level, call_timeout_s=call_timeout_s, max_return_bytes=max_return_bytes)
             pool = HostPool(workers, sandbox=config)

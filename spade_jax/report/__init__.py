@@ -13,9 +13,9 @@ import html
 from pathlib import Path
 from typing import Any
 
-from spade_jax.metrics import read_metrics
 from spade_jax.report.envs import browser, side_by_side
 from spade_jax.report.plots import KEY_PANELS, PANELS, Line, Panel, key_lines, plot_metrics, series
+from spade_jax.rundir.metrics import read_metrics
 
 __all__ = ["KEY_PANELS", "PANELS", "Line", "Panel", "key_lines", "plot_metrics", "read_control", "write_report"]
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from spade_jax.rl.config import ROLE_NORMS
+from spade_jax.config.learner import ROLE_NORMS
 
 
 def group_advantages(

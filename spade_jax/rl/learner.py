@@ -21,10 +21,10 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
+from spade_jax.config.learner import REMAT_POLICY_NAMES, LearnerConfig
 from spade_jax.model.sharding import DEFAULT_RULES, ShardingRules, activation_sharding, param_shardings, use_rules
 from spade_jax.model.transformer import REMAT_POLICIES, ForwardOptions
 from spade_jax.rl.batch import TrainBatch
-from spade_jax.rl.config import REMAT_POLICY_NAMES, LearnerConfig
 from spade_jax.rl.losses import cross_entropy_loss, policy_loss, token_logprobs
 
 assert tuple(REMAT_POLICIES) == REMAT_POLICY_NAMES

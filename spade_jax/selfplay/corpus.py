@@ -24,7 +24,7 @@ from typing import Any
 import grain
 
 from spade_jax import streams
-from spade_jax.selfplay.config import CorpusConfig
+from spade_jax.config.selfplay import CorpusConfig
 
 __all__ = ["Corpus", "Document", "embedded_documents", "open_source"]
 

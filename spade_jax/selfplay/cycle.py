@@ -22,14 +22,14 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from spade_jax import streams
+from spade_jax.config.selfplay import SelfPlayConfig
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
-from spade_jax.envs.gates import GateConfig
 from spade_jax.envs.source import EnvSource
-from spade_jax.hosts import Hosts
+from spade_jax.gates.audit import Auditor, AuditResult
+from spade_jax.gates.sandboxed import GateConfig
+from spade_jax.infra.hosts import Hosts
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
-from spade_jax.selfplay.audit import Auditor, AuditResult
 from spade_jax.selfplay.batch import SelfPlayBatch
-from spade_jax.selfplay.config import SelfPlayConfig
 from spade_jax.selfplay.corpus import Corpus
 from spade_jax.selfplay.designer import Designer, DesignResult, DesignTarget
 from spade_jax.selfplay.hints import HintWriter, defines_hint

@@ -20,12 +20,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from spade_jax import streams
+from spade_jax.config.selfplay import DesignerConfig
 from spade_jax.envs.contract import contract_text
 from spade_jax.envs.formats import source_contract
-from spade_jax.envs.gates import GateConfig, Verdict, validate
-from spade_jax.hosts import Hosts
+from spade_jax.gates.sandboxed import GateConfig, Verdict, validate
+from spade_jax.infra.hosts import Hosts
 from spade_jax.interfaces import EnvPool, GroundingCorpus, SamplerLike, TokenizerLike
-from spade_jax.selfplay.config import DesignerConfig
 from spade_jax.selfplay.corpus import Document
 from spade_jax.selfplay.memory import EnvRecord, Memory
 

@@ -1,6 +1,6 @@
 """The records of a rollout: what to play (`EpisodeSpec`), how one episode went (`Episode`), and a batch of
 them with its timings (`RolloutResult`, which also joins the results of the hosts of a multi-host job). Plain
-data, picklable (hosts.py sends them between processes); the engine that makes them is rollouts.py.
+data, picklable (infra/hosts.py sends them between processes); the engine that makes them is rollouts.py.
 """
 
 from __future__ import annotations

@@ -20,9 +20,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from spade_jax.hosts import Hosts
+from spade_jax.config.selfplay import HintConfig
+from spade_jax.infra.hosts import Hosts
 from spade_jax.interfaces import SamplerLike, TokenizerLike
-from spade_jax.selfplay.config import HintConfig
 
 __all__ = ["HINT_REASONS", "HintResult", "HintWriter", "clean_hint", "defines_hint", "hint_messages", "inject_hint"]
 

@@ -4,7 +4,7 @@ Every designer attempt is a row (valid or not, with its gate verdict). Valid env
 bounded to `capacity`; eviction rule: when an add pushes the archive over capacity, the entry made at the
 earliest step leaves first (ties: the one added first), so the archive is a FIFO window over the run. Evicted
 rows stay in the table with status 'evicted' (history is kept) but are no longer exemplars or novelty targets.
-An environment that broke its contract on the training seeds (selfplay/audit.py) is 'retired' the same way.
+An environment that broke its contract on the training seeds (gates/audit.py) is 'retired' the same way.
 
 Exemplars (DESIGN.md): positives have an unhinted win rate in [0.15, 0.85], ranked by regret, and n are
 sampled from the top max(3n, 10); negatives have a win rate > 0.9 or < 0.1. Entries of the target skill are
@@ -28,9 +28,9 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from spade_jax import streams
-from spade_jax.envs.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
-from spade_jax.envs.protocol import valid_text
-from spade_jax.selfplay.config import MemoryConfig
+from spade_jax.config.selfplay import MemoryConfig
+from spade_jax.gates.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
+from spade_jax.sandbox.protocol import valid_text
 
 __all__ = ["EnvRecord", "Memory", "damage", "rebuild"]
 

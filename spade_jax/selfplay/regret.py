@@ -11,8 +11,8 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from spade_jax.config.selfplay import RewardConfig
 from spade_jax.envs.outcome import is_win
-from spade_jax.selfplay.config import RewardConfig
 
 __all__ = [
     "LearningProgress",

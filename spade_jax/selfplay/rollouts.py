@@ -43,7 +43,7 @@ context overflow ends the episode cleanly ('context', return 0); a step that tim
 `end_reason="timeout"` (return 0): the hang is the environment's fault, so the self-play step never trains the
 agent on it and gives the designer the timeout reward instead; any other sandbox failure discards the episode
 (counted, the run goes on). A step reward outside [-1, 1] ends the episode with `end_reason="violation"` and
-`violation` saying why (return 0): the environment broke its contract (selfplay/audit.py).
+`violation` saying why (return 0): the environment broke its contract (gates/audit.py).
 The policy is pluggable (see policies.py): `ModelPolicy` samples from the model; any object with
 `act(requests)`, e.g. a `ScriptedPolicy`, can replace it.
 """
@@ -55,11 +55,11 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
+from spade_jax.config.selfplay import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
 from spade_jax.envs.outcome import episode_outcome
+from spade_jax.gates.audit import reward_violation
 from spade_jax.interfaces import CallOutcome, EnvPool, EnvSessionLike, TokenizerLike
-from spade_jax.selfplay.audit import reward_violation
-from spade_jax.selfplay.config import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
 from spade_jax.selfplay.episodes import HINT, NO_HINT, Episode, EpisodeSpec, RolloutResult
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest, as_stream

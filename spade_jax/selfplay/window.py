@@ -18,7 +18,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from spade_jax.selfplay.config import RewardConfig
+from spade_jax.config.selfplay import RewardConfig
 from spade_jax.selfplay.regret import LearningProgress, RegretStats, designer_reward, measure_regret
 
 __all__ = ["DesignSample", "EnvWindow", "Round", "RoundScore", "score_round"]

@@ -1,0 +1,362 @@
+"""The resolved configuration of a run and the named run presets (`--preset demo`, `tiny`, `paper-4b`, ...)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from spade_jax.config.learner import ROLE_NORMS, LearnerConfig
+from spade_jax.config.overrides import ConfigError, apply_overrides, from_dict, to_dict
+from spade_jax.config.selfplay import (
+    REFERENCE_OBSERVATION_TEMPLATE,
+    TOOL_FORMATS,
+    CorpusConfig,
+    DesignerConfig,
+    HintConfig,
+    MemoryConfig,
+    RewardConfig,
+    RolloutConfig,
+    SelfPlayConfig,
+)
+from spade_jax.config.warmstart import WarmStartConfig
+from spade_jax.sandbox.launchers import LEVEL_CHOICES
+
+# Seed environments kept out of training and memory, played only by the held-out evaluation.
+HELD_OUT_SEEDS = ("grid_maze", "memory_pairs", "ledger_settle", "date_offset")
+
+
+@dataclass
+class LoopConfig:
+    """The outer cycle: how many steps, what the agent plays, when to evaluate and checkpoint."""
+
+    steps: int = 200
+    pool: str = "selfplay"  # selfplay (designer on) | seeds | reasoning_gym | textarena | <dir of env .py files>
+    pool_envs_per_step: int = 4  # fixed pools: environments drawn per step
+    held_out: tuple[str, ...] = HELD_OUT_SEEDS
+    warmstart: bool = False  # supervised warm start on the seed library before step 1 (fresh runs only)
+    eval_every: int = 4  # 0 disables the held-out evaluation
+    eval_plays: int = 4  # episodes per held-out environment
+    checkpoint_every: int = 1
+    keep_checkpoints: int = 2
+    async_checkpoints: bool = True
+    seed: int = 0
+    agent_group_std: bool = True  # agent advantages z-scored within each group (the reference's "grpo")
+    # Per-role scaling of the group advantages (rl/advantages.py ROLE_NORMS): "std" divides each role's by its
+    # batch std (ours); "none" leaves them (the reference: no std, designer rewards scaled instead).
+    role_norm: str = "std"
+
+    def __post_init__(self) -> None:
+        if self.role_norm not in ROLE_NORMS:
+            raise ValueError(f"loop.role_norm={self.role_norm!r}; expected one of {', '.join(ROLE_NORMS)}")
+
+
+@dataclass
+class SandboxLimits:
+    """Per-environment limits of the sandbox workers (sandbox.launchers.SandboxConfig; the level and call timeout
+    are `RunConfig.sandbox` / `call_timeout_s`). 0 for the whole-sandbox bounds: automatic."""
+
+    load_timeout_s: float = 10.0
+    memory_mb: int = 512  # address space of one episode process
+    cpu_seconds: int = 60  # CPU time of one session
+    max_processes: int = 32  # processes of one episode's uid
+    tmp_mb: int = 64  # its private /tmp
+    sandbox_memory_mb: int = 0  # the whole sandbox (cgroup): every process, memfd and SysV segment together
+    sandbox_processes: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.load_timeout_s > 0:
+            raise ValueError(f"sandbox_limits.load_timeout_s={self.load_timeout_s}; expected > 0")
+        small = [k for k in ("memory_mb", "cpu_seconds", "max_processes", "tmp_mb") if getattr(self, k) < 1]
+        if small:
+            raise ValueError(f"sandbox_limits.{small[0]}={getattr(self, small[0])}; expected >= 1")
+        if self.sandbox_memory_mb < 0 or self.sandbox_processes < 0:
+            raise ValueError("sandbox_limits.sandbox_memory_mb and sandbox_processes must be >= 0 (0: automatic)")
+
+
+@dataclass
+class RunConfig:
+    """Everything a run reads; saved as `config.json` in the run directory."""
+
+    model: str = "smollm2-135m"  # preset name, .gguf path or HF directory
+    param_dtype: str = "float32"
+    dtype: str = "float32"
+    mesh: str = ""  # e.g. "data=2,fsdp=4,tensor=1"; empty: all devices on fsdp
+    max_total_len: int = 4096  # sampler context (prompt + completion)
+    decode_slots: int = 64  # rows the sampler decodes together at most (its continuous-batching slots)
+    num_workers: int = 4  # sandboxed environment workers on this host
+    sessions_per_worker: int = 8  # episodes one worker serves at once (each in its own process and uid)
+    sandbox: str = "auto"  # auto | gvisor | bwrap | process
+    call_timeout_s: float = 5.0
+    sandbox_limits: SandboxLimits = field(default_factory=SandboxLimits)
+    loop: LoopConfig = field(default_factory=LoopConfig)
+    selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
+    learner: LearnerConfig = field(default_factory=LearnerConfig)
+    warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+
+    def __post_init__(self) -> None:  # checked when loaded, not when the pool starts after the model loaded
+        if self.sandbox not in LEVEL_CHOICES:
+            raise ValueError(f"sandbox={self.sandbox!r}; expected one of {LEVEL_CHOICES}")
+        if self.num_workers < 1:
+            raise ValueError(f"num_workers={self.num_workers}; expected >= 1")
+        if self.sessions_per_worker < 1:
+            raise ValueError(f"sessions_per_worker={self.sessions_per_worker}; expected >= 1")
+        if self.decode_slots < 1:
+            raise ValueError(f"decode_slots={self.decode_slots}; expected >= 1")
+        if not self.call_timeout_s > 0:
+            raise ValueError(f"call_timeout_s={self.call_timeout_s}; expected > 0")
+
+    def to_json(self) -> str:
+        return json.dumps(to_dict(self), indent=2, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunConfig:
+        return from_dict(cls, json.loads(text))
+
+
+def _cpu_selfplay(**changes: Any) -> SelfPlayConfig:
+    return dataclasses.replace(SelfPlayConfig.cpu(), **changes)
+
+
+def _demo() -> RunConfig:
+    """SmolLM2-135M on 2 CPU cores, about twelve minutes: a warm start on one game family, then four steps of the full
+    cycle in which both roles train (issue 17).
+
+    Sized to what a 135M model can do: the agent plays the simon_recall family (repeat a growing sequence) from
+    its easiest variant up, which the warm-started agent wins about a quarter of the time (sonar_hunt's easiest:
+    5-10%, too rarely for a group of plays to disagree); the designer, warm-started on mutation examples, writes
+    simon variants (every design a mutation of an archived one, passing novelty as a parameter variant); hints
+    come from the programs' own hint() (the 135M model's own hints are cut off or empty). One design round
+    (regen_interval 4) keeps the budget; its designs are scored over the plays of all four steps and trained
+    at the last.
+    """
+    return RunConfig(
+        model="smollm2-135m",
+        max_total_len=2560,  # a mutation prompt (~1.2K) and program (~0.6-0.9K)
+        num_workers=4,
+        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),
+        warmstart=WarmStartConfig(
+            epochs=2,
+            lr=1e-4,
+            batch_size=1,
+            probe_designs=0,
+            agent_seed_names=("simon_recall",),
+            agent_episodes_per_seed=4,  # its reference play wins in 5 turns: max_turns must allow them
+            designer_seed_names=("simon_recall",),
+            designer_examples_per_seed=0,
+            designer_mutations_per_seed=2,
+        ),
+        selfplay=_cpu_selfplay(
+            skills=("memory recall",),
+            skills_per_regen=1,
+            # 8 plays per condition: at this agent's ~20-25% win rate on simon, a group of 8 holds a win and a loss
+            # ~83% of the time (4: ~59%); measured, 4 a group trained the agent at 1 of 4 steps, 8 at 4 of 4
+            plays_per_condition=8,
+            envs_per_step=2,
+            regen_interval=4,
+            designer_delay=3,  # the round's designs are scored over all four steps' plays
+            designer=DesignerConfig(
+                max_new_tokens=1000,
+                context_len=2560,
+                max_resamples=0,
+                contract="short",
+                use_corpus=False,
+                mutation_share=1.0,
+                mutation_contract=False,
+                on_invalid="repair",
+                max_repairs=0,  # every first attempt is trained, an invalid one at reward 0
+            ),
+            hints=HintConfig(source="env_or_model", max_new_tokens=64),
+            # The plateau where this agent's games are: a 135M agent wins 0-25% of the easiest game variants,
+            # so the paper's 40-60% band (ramp 25 points) would score every design 0.
+            reward=RewardConfig(plateau_lo=0.2, plateau_hi=0.6, plateau_ramp=0.2),
+            rollout=RolloutConfig(max_turns=5, max_episode_tokens=1536, max_new_tokens_per_turn=48),
+            corpus=CorpusConfig(max_doc_tokens=256),
+            memory=MemoryConfig(
+                n_positive=1,
+                n_negative=0,
+                exemplar_max_chars=1200,
+                seed_names=("simon_recall",),
+                seed_difficulty="easiest",
+                max_param_variants=6,
+            ),
+        ),
+        # Rows are a 1024-token play or a 2176-token design; 1e-5 moves a 135M model in a few steps.
+        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, length_buckets=(1024, 2176, 2560)),
+    )
+
+
+def _tiny() -> RunConfig:
+    """A random tiny model with the real tokenizer: the whole cycle in seconds, for tests."""
+    return RunConfig(
+        model="tiny-smollm",
+        max_total_len=4096,
+        num_workers=2,
+        loop=LoopConfig(steps=3, eval_every=2, eval_plays=1, async_checkpoints=False),
+        selfplay=_cpu_selfplay(
+            plays_per_condition=2,
+            envs_per_step=1,
+            regen_interval=2,
+            designer_delay=1,
+            designer=DesignerConfig(max_new_tokens=32, context_len=4096, max_resamples=0),
+            hints=HintConfig(source="env", max_new_tokens=16),
+            rollout=RolloutConfig(max_turns=2, max_episode_tokens=1024, max_new_tokens_per_turn=16),
+            corpus=CorpusConfig(max_doc_tokens=64),
+            memory=MemoryConfig(n_positive=1, n_negative=0, exemplar_max_chars=300),
+        ),
+        learner=LearnerConfig(lr=1e-4, micro_batch_size=8),
+    )
+
+
+# The reference's game skills (cmd/games/train_spade_*.sh --spade-skills), in our names.
+PAPER_GAME_SKILLS = (
+    "mathematical reasoning",
+    "logical deduction",
+    "spatial reasoning",
+    "pattern recognition",
+    "optimization",
+    "causal inference",
+)
+
+
+def _paper(
+    model: str,
+    *,
+    kind: str = "game",
+    kl_coef: float = 0.0,
+    designer_tokens: int = 16384,
+    thinking: bool = False,
+) -> RunConfig:
+    """The paper's recipe (cmd/games/train_spade_*.sh, cmd/tool_use/_train_spade_blend.sh) on a pod.
+
+    Games: 24 environments per step, 16 + 16 plays, 25 turns, 8K agent tokens per turn in a 32K episode,
+    regeneration and designer delay 4, hints of up to 4096 tokens, documents cut at 6000 words. Tool use:
+    regeneration and delay 8, hints of up to 2048 tokens, documents cut at 4000 words, KL 0.005.
+    docs/recipe.md (generated by scripts/recipe_table.py) lists every flag against these values.
+    """
+    tool = kind == "tool"
+    interval = 8 if tool else 4
+    return RunConfig(
+        model=model,
+        param_dtype="float32",  # at lr 1e-6 a bfloat16 weight would not move; compute runs in bfloat16
+        dtype="bfloat16",
+        max_total_len=32768,
+        num_workers=32,
+        call_timeout_s=30.0,  # the reference's ENV_STEP_TIMEOUT
+        loop=LoopConfig(steps=400, eval_every=10, eval_plays=16, role_norm="none"),
+        selfplay=SelfPlayConfig(
+            plays_per_condition=16,
+            envs_per_step=24,
+            kinds=(kind,),
+            skills=None if tool else PAPER_GAME_SKILLS,
+            skills_per_regen=0 if tool else 3,  # 0: every skill each round
+            regen_interval=interval,
+            designer_delay=interval,
+            corpus=CorpusConfig(max_doc_words=4000 if tool else 6000, seed=42),
+            memory=MemoryConfig(capacity=200),
+            designer=DesignerConfig(
+                max_new_tokens=designer_tokens,
+                context_len=32768,
+                temperature=0.6,
+                top_p=0.95,
+                top_k=20,
+                enable_thinking=thinking,
+                # mutation_share stays 0: the paper has no mutation designs. An ACCEL-style curriculum operator
+                # (and its ablation): selfplay.designer.mutation_share=0.25 (mutation_parents picks the parents).
+            ),
+            hints=HintConfig(
+                source="model",
+                temperature=0.3,
+                top_p=0.9,
+                top_k=0,
+                max_new_tokens=2048 if tool else 4096,
+                enable_thinking=thinking,
+            ),
+            rollout=RolloutConfig(
+                max_turns=25,
+                max_episode_tokens=32768,
+                max_new_tokens_per_turn=8192,
+                temperature=0.6,
+                top_p=0.95,
+                top_k=20,
+                enable_thinking=thinking,
+                observation_template=REFERENCE_OBSERVATION_TEMPLATE,
+                action_parsing="reference",
+            ),
+            reward=RewardConfig(kind="blend", lp_gamma_fast=0.98, lp_gamma_slow=0.85),
+        ),
+        learner=LearnerConfig(
+            lr=1e-6,
+            schedule="constant",
+            weight_decay=0.1,
+            betas=(0.9, 0.98),
+            clip_low=0.2,
+            clip_high=0.28,
+            kl_coef=kl_coef,
+            entropy_coef=0.0,
+            remat=True,
+            grad_accum_steps=8,
+        ),
+    )
+
+
+RUN_PRESETS = {
+    "demo": _demo,
+    "tiny": _tiny,
+    # cmd/games/train_spade_4b.sh: Qwen3-4B-Instruct-2507 (no thinking mode), KL 0.
+    "paper-qwen3-4b": lambda: _paper("qwen3-4b-instruct-2507"),
+    # cmd/games/train_spade_8b.sh: Qwen3-8B thinking in both roles (hints too: the template's default), 20K
+    # designer tokens, KL 0.005.
+    "paper-qwen3-8b": lambda: _paper("qwen3-8b", kl_coef=0.005, designer_tokens=20000, thinking=True),
+    # cmd/games/train_spade_30b.sh: KL 0, thinking off.
+    "paper-qwen3-30b-a3b": lambda: _paper("qwen3-30b-a3b-instruct-2507"),
+    # cmd/tool_use/train_spade_30b.sh (_train_spade_blend.sh, TOOL_MODEL_SIZE=30b).
+    "paper-qwen3-30b-a3b-tool": lambda: _paper("qwen3-30b-a3b-instruct-2507", kind="tool", kl_coef=0.005),
+    # The same tool-use blend recipe on the paper's 4B model (the reference's own tool_use/train_spade_4b.sh
+    # is an earlier run with other values: docs/recipe.md).
+    "paper-qwen3-4b-tool": lambda: _paper("qwen3-4b-instruct-2507", kind="tool", kl_coef=0.005),
+}
+
+
+def _read_config_file(path: Path) -> str:
+    """The text of a saved config.json; a ConfigError naming the file when it is missing, unreadable or not UTF-8
+    text (the decoder's own message gives a byte position but no file)."""
+    if not path.exists():
+        raise ConfigError(f"config file not found: {path}")
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as e:
+        msg = f"config file {path} is not UTF-8 text (byte {e.object[e.start]:#04x} at offset {e.start})"
+        raise ConfigError(msg) from None
+    except OSError as e:  # a directory, no permission
+        raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
+
+
+def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str | Path | None = None) -> RunConfig:
+    """A preset (or a saved config.json) with `key=value` overrides; one-line ConfigError on bad input."""
+    if config_file is not None:
+        path = Path(config_file)
+        text = _read_config_file(path)
+        try:
+            cfg = RunConfig.from_json(text)
+        except (json.JSONDecodeError, TypeError, ValueError) as e:
+            raise ConfigError(f"config file {path} is not a valid run config: {e}") from None
+    elif preset in RUN_PRESETS:
+        cfg = RUN_PRESETS[preset]()
+    else:
+        raise ConfigError(f"unknown run preset {preset!r}; available: {', '.join(sorted(RUN_PRESETS))}")
+    cfg = apply_overrides(cfg, list(overrides))
+    try:  # re-run the sub-configs' own validation after overrides
+        cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner))
+    except ValueError as e:
+        raise ConfigError(f"learner: {e}") from None
+    if cfg.loop.steps < 0 or cfg.num_workers < 1:
+        raise ConfigError("loop.steps must be >= 0 and num_workers >= 1")
+    if cfg.sessions_per_worker < 1:
+        raise ConfigError(f"sessions_per_worker={cfg.sessions_per_worker}; expected >= 1")
+    if cfg.selfplay.rollout.tool_format not in TOOL_FORMATS:
+        fmt = cfg.selfplay.rollout.tool_format
+        raise ConfigError(f"selfplay.rollout.tool_format={fmt!r}; expected one of {TOOL_FORMATS}")
+    return cfg

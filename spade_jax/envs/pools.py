@@ -1,0 +1,190 @@
+"""Fixed environment pools for the fixed-environment baselines (`selfplay pool=...`, designer off).
+
+`load_pool(name_or_dir)` returns stdlib-only environment sources, exactly the format a designer writes:
+  * "seeds": the hand-written seed library (spade_jax/envs/seeds);
+  * "reasoning_gym": items generated here by reasoning-gym (training seeds, disjoint from the eval seeds)
+    and baked into one ReasoningEnv source per generator, checked by the same rule as the eval suite;
+  * "textarena": our own stdlib re-implementations of textarena single-player games with their rules
+    (TowerOfHanoi-v0, Mastermind-v0, LightsOut-v0); the package's other games need its engine, NLTK
+    corpora or a second player and are not adapted;
+  * a directory: every `*.py` environment file in it, of either contract (ours or the paper's Gym-style
+    classes, `spade_jax.envs.formats`); or a directory in the layout of the paper's released pool and of
+    `spade-jax export-envs` (`games/game_*.py`, `manifest.jsonl`, `checksums.sha256`): the checksums are
+    verified when present (a damaged or missing file is one error line naming it) and the manifest's kind,
+    skill and name are used when present.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from collections import Counter
+from dataclasses import replace
+from pathlib import Path
+
+from spade_jax.envs.source import EnvSource
+
+__all__ = ["POOLS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
+
+POOLS = ("seeds", "reasoning_gym", "textarena")
+_HERE = Path(__file__).resolve().parent
+MANIFEST, CHECKSUMS = "manifest.jsonl", "checksums.sha256"  # the released pool's layout
+RG_POOL_SEED = 10_000  # training items; the eval suite uses seeds >= 9_000_000
+RG_SKILLS = {
+    "basic_arithmetic": "mathematical reasoning",
+    "chain_sum": "mathematical reasoning",
+    "gcd": "mathematical reasoning",
+    "lcm": "mathematical reasoning",
+    "letter_counting": "language understanding",
+    "spell_backward": "language understanding",
+    "leg_counting": "mathematical reasoning",
+    "fraction_simplification": "mathematical reasoning",
+    "base_conversion": "mathematical reasoning",
+    "family_relationships": "logical deduction",
+    "syllogism": "logical deduction",
+    "count_bits": "pattern recognition",
+    "calendar_arithmetic": "mathematical reasoning",
+    "simple_equations": "mathematical reasoning",
+    "caesar_cipher": "language understanding",
+    "count_primes": "mathematical reasoning",
+    "products": "mathematical reasoning",
+    "largest_island": "spatial reasoning",
+    "word_sequence_reversal": "language understanding",
+    "dice": "mathematical reasoning",
+}
+
+
+def _from_files(paths: list[Path], manifest: dict[str, dict] | None = None) -> list[EnvSource]:
+    """One environment per file, of either contract; manifest rows (by file name) override what the source says."""
+    specs = [EnvSource.from_file(path, row=(manifest or {}).get(path.name)) for path in paths]
+    counts = Counter(s.name for s in specs)  # two files with one NAME (say, mutations) keep their file names
+    return [replace(s, name=p.stem) if counts[s.name] > 1 else s for s, p in zip(specs, paths)]
+
+
+def _read_manifest(root: Path) -> dict[str, dict]:
+    """`manifest.jsonl` rows by the file name they describe (key `file`, `path`, `filename` or `game_file`)."""
+    path = root / MANIFEST
+    if not path.is_file():
+        return {}
+    rows: dict[str, dict] = {}
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ValueError(f"{path}: line {n} is not JSON ({e.msg})") from None
+        ref = next((row[k] for k in ("file", "path", "filename", "game_file") if isinstance(row, dict)
+                    and isinstance(row.get(k), str)), None)  # fmt: skip
+        if ref:
+            rows[Path(ref).name] = row
+    return rows
+
+
+def verify_checksums(root: Path) -> int:
+    """Checks every file `checksums.sha256` lists (`sha256sum` format) against its digest; the count checked.
+    ValueError naming the first file that is missing, damaged or outside `root`."""
+    path = root / CHECKSUMS
+    if not path.is_file():
+        return 0
+    checked = 0
+    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        m = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line.strip())
+        if m is None:
+            raise ValueError(f"{path}: line {n} is not '<sha256>  <file>'")
+        digest, rel = m.group(1).lower(), m.group(2)
+        target = (root / rel).resolve()
+        if not target.is_relative_to(root.resolve()):
+            raise ValueError(f"{path}: line {n} names {rel!r}, outside the pool directory")
+        if not target.is_file():
+            raise ValueError(f"{root}: {rel} is listed in {CHECKSUMS} but missing")
+        if hashlib.sha256(target.read_bytes()).hexdigest() != digest:
+            raise ValueError(f"{root}: {rel} does not match its checksum in {CHECKSUMS} (damaged or edited)")
+        checked += 1
+    return checked
+
+
+def _from_dir(path: Path) -> list[EnvSource]:
+    """A flat directory of environment files, or the released layout (games/, manifest, checksums)."""
+    games = path / "games"
+    files_dir = games if games.is_dir() else path
+    files = sorted(p for p in files_dir.glob("*.py") if not p.name.startswith("_"))
+    if not files:
+        raise ValueError(f"pool directory {path} has no .py environment files")
+    verify_checksums(path)
+    return _from_files(files, _read_manifest(path))
+
+
+def _rg_check_source() -> str:
+    text = (_HERE / "rg_check.py").read_text(encoding="utf-8")
+    return text.split('"""', 2)[2].lstrip()  # without the module docstring
+
+
+_RG_TEMPLATE = '''"""reasoning-gym '{task}' items (generated by spade_jax.envs.pools, training seeds)."""
+
+{check}
+
+from spade_jax.envs.base import ReasoningEnv
+
+ITEMS = {items!r}
+
+
+class RG{cls}(ReasoningEnv):
+    KIND = "reasoning"
+    SKILL = {skill!r}
+    NAME = "rg_{task}"
+
+    def setup(self) -> str:
+        self.question, self.gold = self.rng.choice(ITEMS)
+        return self.question
+
+    def check_answer(self, answer: str) -> bool:
+        return rg_answer_ok(answer, self.gold)
+
+    def reference_action(self) -> str:
+        return self.boxed(self.gold)
+
+    def random_action(self, rng) -> str:
+        return self.boxed(rng.choice(ITEMS)[1])
+
+    def hint(self) -> str:
+        return "Work through the question one step at a time and check the result before you box it."
+'''
+
+
+def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) -> list[EnvSource]:
+    """One ReasoningEnv source per reasoning-gym generator, with `items_per_task` baked-in items."""
+    from spade_jax.eval.qa_suites import RG_TASKS
+
+    try:
+        import reasoning_gym
+    except ImportError:
+        raise FileNotFoundError("reasoning-gym is not installed (pip install reasoning-gym)") from None
+    check = _rg_check_source()
+    specs = []
+    for t, task in enumerate(RG_TASKS):
+        ds = reasoning_gym.create_dataset(task, size=items_per_task, seed=seed + t)
+        items = [(str(ds[i]["question"]), str(ds[i]["answer"])) for i in range(items_per_task)]
+        cls = "".join(part.capitalize() for part in task.split("_"))
+        source = _RG_TEMPLATE.format(task=task, check=check, items=items, cls=cls, skill=RG_SKILLS[task])
+        specs.append(EnvSource(f"rg_{task}", source, "reasoning", RG_SKILLS[task]))
+    return specs
+
+
+def load_pool(name_or_dir: str) -> list[EnvSource]:
+    """The environments of a named pool or of a directory of `.py` environment files."""
+    if name_or_dir == "seeds":
+        from spade_jax.envs.seeds import list_seeds
+
+        return list_seeds()
+    if name_or_dir == "reasoning_gym":
+        return reasoning_gym_sources()
+    if name_or_dir == "textarena":
+        return _from_files(sorted((_HERE / "pool_envs").glob("ta_*.py")))
+    path = Path(name_or_dir).expanduser()
+    if path.is_dir():
+        return _from_dir(path)
+    raise ValueError(f"unknown pool {name_or_dir!r}: give one of {', '.join(POOLS)} or a directory of .py files")

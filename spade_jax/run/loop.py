@@ -1,0 +1,197 @@
+"""The SPADE cycle: design -> gate -> hint -> play (K hinted, K not) -> regret -> learn -> checkpoint.
+
+`run(cfg, run_dir)` is the whole job. Each step: the self-play half (`SelfPlay.step`, or a fixed environment
+pool for baselines) returns both roles' samples; group-centred advantages turn rewards into a `TrainBatch`;
+one learner step updates the shared policy in place and the sampler reads the same arrays next step. The run
+checkpoints everything (params, optimizer, RNGs, corpus position, memory snapshot) so `resume=True`
+continues exactly where the last finished checkpoint left off. A damaged run directory resumes or stops with
+one line: the newest checkpoint that restores is used, a damaged memory file is rebuilt from the copy in the
+checkpoint, a torn metrics row is put back (run/resume.py, `metrics.repair_metrics`). The parts are built in
+run/parts.py, the learner half of a step is run/learn.py.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from spade_jax.config.overrides import changed_keys, to_dict
+from spade_jax.config.run import RunConfig
+from spade_jax.infra.compile_time import compile_seconds
+from spade_jax.infra.hosts import Hosts
+from spade_jax.report import write_report
+from spade_jax.report.envs import report_envs
+from spade_jax.run.learn import band_stats, train_on
+from spade_jax.run.parts import Parts, build
+from spade_jax.run.resume import repair_memory, restore, save_checkpoint
+from spade_jax.run.warmstart import warm_start
+from spade_jax.rundir.checkpoints import Checkpointer
+from spade_jax.rundir.metrics import MetricsLogger
+from spade_jax.rundir.paths import RunDir, open_run_dir
+from spade_jax.selfplay.batch import SelfPlayBatch
+
+__all__ = ["Parts", "build", "evaluate", "play_step", "run"]
+
+log = logging.getLogger("spade_jax")
+
+
+def play_step(parts: Parts, step: int) -> SelfPlayBatch:
+    """The self-play half of a step: the full designer cycle, or a draw from a fixed pool (baselines)."""
+    return parts.selfplay.step(step, final=step + 1 == parts.cfg.loop.steps, pool=parts.fixed_pool)
+
+
+def evaluate(parts: Parts, step: int) -> dict[str, float]:
+    """Held-out seed environments, played without hints: win rate per environment and overall."""
+    wins = parts.selfplay.evaluate(parts.held_out, step, parts.cfg.loop.eval_plays)
+    if not any(wins.values()):
+        return {}
+    out = {f"eval/win_rate_{name}": float(np.mean(v)) for name, v in wins.items() if v}
+    out["eval/win_rate"] = float(np.mean([w for v in wins.values() for w in v]))
+    return out
+
+
+def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, console: Any = None) -> dict[str, Any]:
+    """Runs (or resumes) the job; returns a summary with the paths of the report, logs and checkpoints.
+    `run_dir`: a local folder or a gs:// URL (rundir/paths.py: checkpoints written there directly, the other files
+    through a local staging copy pushed before each checkpoint and at the end).
+
+    On every way out (an error, Ctrl-C, SIGTERM turned into an exception by the command line) the checkpoint
+    being written is finished, the staging copy pushed and the sandboxes closed, their temp dirs removed.
+
+    On several processes (infra/hosts.py) every process runs this together, each doing its share of the self-play
+    work; process 0 alone writes the run directory's files, and every process takes part in the checkpoints."""
+    from spade_jax.run.progress import StepProgress
+
+    hosts = Hosts.current()
+    rd = open_run_dir(run_dir, host=hosts.index)
+    saved = rd.path / "config.json"
+    if hosts.is_leader:
+        if resume and saved.exists() and saved.read_text() != cfg.to_json():
+            log.warning("resuming with a config that differs from %s in %s; the new one is used and saved",
+                        saved, _changed(saved.read_text(), cfg))  # fmt: skip
+        saved.write_text(cfg.to_json())
+    ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
+                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
+    progress = StepProgress(cfg.loop.steps, console=console if hosts.is_leader else _quiet())
+    try:
+        if not resume and ckpt.latest_step() is not None:
+            raise ValueError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
+        if hosts.is_leader:
+            repair_memory(rd.path, ckpt, resume)
+        with progress.phase("loading model and starting sandbox workers"):
+            parts = build(cfg, rd.path)
+        try:
+            summary = _train(parts, ckpt, progress, resume, push=rd.push)
+            envs = [dataclasses.asdict(r) for r in parts.selfplay.memory.attempts()]
+        finally:
+            progress.stop()
+            _close(parts)
+        if hosts.is_leader:
+            write_report(rd.path, envs=report_envs(envs), summary=summary, title=f"spade-jax: {rd.name}")
+    finally:
+        progress.stop()
+        ckpt.close()
+        rd.push()
+    summary.update(report=rd.where("report.html"), tensorboard=rd.where("tb"), checkpoints=str(rd.checkpoints),
+                   metrics=rd.where("metrics.jsonl"))  # fmt: skip
+    return summary
+
+
+def _decode_counts(sampler: Any) -> tuple[int, int]:
+    """(slot-steps computed, tokens generated) so far by the sampler (zeros for one that does not count)."""
+    return getattr(sampler, "slot_steps", 0), getattr(sampler, "tokens_generated", 0)
+
+
+def _changed(saved_json: str, cfg: RunConfig) -> str:
+    """The config keys a resume changes, for its warning (a few named, then a count)."""
+    try:
+        keys = changed_keys(json.loads(saved_json), to_dict(cfg))
+    except ValueError:
+        return "a file that is not JSON"
+    return ", ".join(keys[:6]) + (f" and {len(keys) - 6} more keys" if len(keys) > 6 else "")
+
+
+def _quiet() -> Any:
+    """A console that shows nothing: the progress of the hosts other than the leader."""
+    import os
+
+    from rich.console import Console
+
+    return Console(file=open(os.devnull, "w"))  # noqa: SIM115 (lives as long as the run)
+
+
+def _close(parts: Parts) -> None:
+    """Closes the pool first (its sandboxes killed, temp dirs removed: an episode interrupted mid-call then
+    fails at once instead of holding up the engine), then the rollout engine's threads."""
+    try:
+        parts.pool.close()
+    finally:
+        parts.selfplay.close()
+
+
+def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: Any = None) -> dict[str, Any]:
+    """The steps of `run` from the restored checkpoint (or the start) to cfg.loop.steps; returns the summary.
+    `push` (the run directory's upload) is called before each checkpoint starts."""
+    push = push or (lambda: None)
+    cfg = parts.cfg
+    start, record = 0, {}
+    if resume and ckpt.all_steps():
+        with progress.phase("restoring checkpoint"):
+            start, record = restore(parts, ckpt)
+    metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()),
+                            write=parts.hosts.is_leader)  # fmt: skip
+    summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
+    try:
+        if cfg.loop.warmstart and ckpt.latest_step() is None:
+            with progress.phase("warm start on the seed library"):
+                figures = warm_start(parts, cfg.warmstart, progress=progress)
+            metrics.log(0, figures)
+            summary.update(figures)
+            push()
+            save_checkpoint(parts, ckpt, 0, metrics)
+        progress.start(start)
+        for step in range(start, cfg.loop.steps):
+            row = _step(parts, step, progress)
+            metrics.log(step + 1, row)
+            if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
+                push()
+                save_checkpoint(parts, ckpt, step + 1, metrics)
+            progress.advance(row)
+        ckpt.wait()
+    finally:
+        metrics.close()
+    return summary
+
+
+def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
+    """One step of the cycle (play, learn, maybe evaluate); returns its metrics row."""
+    cfg = parts.cfg
+    row: dict[str, float] = {}
+    t0, c0 = time.perf_counter(), compile_seconds()
+    counts = _decode_counts(parts.sampler)
+    with progress.phase(f"step {step + 1}: design, hints and play"):
+        batch = play_step(parts, step)
+    slots, tokens = (now - then for now, then in zip(_decode_counts(parts.sampler), counts))
+    if slots:  # the share of the decode work computed that became tokens (this host's sampler)
+        row["perf/slot_utilisation"] = tokens / slots
+    row.update(batch.stats)
+    row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
+    row["time/selfplay"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    with progress.phase(f"step {step + 1}: learner"):
+        row.update(train_on(parts, batch))
+    row["time/learner"] = time.perf_counter() - t1
+    if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
+        t2 = time.perf_counter()
+        with progress.phase(f"step {step + 1}: held-out evaluation"):
+            row.update(evaluate(parts, step))
+        row["time/eval"] = time.perf_counter() - t2
+    row["time/step"] = time.perf_counter() - t0
+    row["time/compile"] = compile_seconds() - c0  # inside the phases above: tracing, lowering and XLA
+    return row
