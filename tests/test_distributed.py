@@ -31,7 +31,8 @@ def _worker() -> None:
     from jax.sharding import PartitionSpec as P
 
     from spade_jax.model.config import ModelConfig
-    from spade_jax.model.sharding import create_sharded, make_mesh
+    from spade_jax.model.placement import create_sharded
+    from spade_jax.model.sharding import make_mesh
     from spade_jax.rl.batch import Sample, pack_sequences
     from spade_jax.rl.learner import Learner, LearnerConfig
 
@@ -65,7 +66,7 @@ def _worker() -> None:
     sample = learner.model.layers[0].attn.q_proj.kernel[...]
 
     from spade_jax.infra.hosts import Hosts
-    from spade_jax.model.sharding import local_replica
+    from spade_jax.model.placement import local_replica
 
     hosts = Hosts.current()  # each process maps its block of 5 items; both get all 5 back, in order
     mapped = hosts.map(list(range(5)), lambda block: [[x, jax.process_index(), "x" * 1000 * x] for x in block])

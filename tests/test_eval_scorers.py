@@ -5,10 +5,10 @@ import math
 
 import pytest
 
+from spade_jax.envs.rg_check import rg_answer_ok
 from spade_jax.eval.acebench import calls_match
 from spade_jax.eval.answers import choice_letter, final_answer, gold_alternatives, math_equal
 from spade_jax.eval.metrics import pass_at_k, pass_at_k_mean, stderr
-from spade_jax.eval.rg_check import rg_answer_ok
 
 
 def _brute_pass_at_k(n, c, k):

@@ -18,7 +18,8 @@ def _worker(tmp: str) -> None:
 
     from spade_jax.model.checkpoint import restore_params, save_params
     from spade_jax.model.config import ModelConfig
-    from spade_jax.model.sharding import create_sharded, make_mesh
+    from spade_jax.model.placement import create_sharded
+    from spade_jax.model.sharding import make_mesh
 
     cfg = ModelConfig(
         arch="qwen2", vocab_size=128, hidden_size=64, intermediate_size=128, num_layers=2, num_heads=4,

@@ -227,6 +227,7 @@ def _worker(data_dir: str) -> None:
     """Runs in the 8-device subprocess: sharded forward and learner step against the unsharded ones."""
     from flax import nnx
 
+    from spade_jax.model import placement as P
     from spade_jax.model import sharding as S
     from spade_jax.model.hf_io import params_from_hf_state_dict
     from spade_jax.rl.batch import Sample, pack_sequences
@@ -261,7 +262,7 @@ def _worker(data_dir: str) -> None:
             "expert_spec": [list(a) if isinstance(a, tuple) else a for a in w.sharding.spec],
             "expert_shard": list(w.addressable_shards[0].data.shape),
         }
-        r["forward_diff"] = float(np.abs(np.asarray(S.sharded_forward(model, mesh)(tokens)) - ref_logits).max())
+        r["forward_diff"] = float(np.abs(np.asarray(P.sharded_forward(model, mesh)(tokens)) - ref_logits).max())
         metrics, params = train(model, mesh)
         r["loss_diff"] = abs(metrics["loss"] - base["loss"])
         r["grad_norm_rel_diff"] = abs(metrics["grad_norm"] / base["grad_norm"] - 1)

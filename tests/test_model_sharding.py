@@ -37,6 +37,7 @@ def _worker() -> None:
     import numpy as np
     from flax import nnx
 
+    from spade_jax.model import placement as P
     from spade_jax.model import sharding as S
     from spade_jax.model.config import ModelConfig
     from spade_jax.model.hf_io import hf_name, params_from_hf_state_dict
@@ -74,20 +75,20 @@ def _worker() -> None:
     for name, shape in MESHES.items():
         mesh = S.make_mesh(shape)
         r: dict = {"mesh": dict(mesh.shape)}
-        created = S.create_sharded(cfg, mesh, seed)
+        created = P.create_sharded(cfg, mesh, seed)
         r["created"] = placements(created)
         loaded = params_from_hf_state_dict(cfg, hf_tensors, mesh=mesh)
         r["loaded"] = placements(loaded)
-        moved = S.shard_model(Transformer(cfg, rngs=nnx.Rngs(seed)), mesh)
+        moved = P.shard_model(Transformer(cfg, rngs=nnx.Rngs(seed)), mesh)
         r["moved"] = placements(moved)
 
-        forward = S.sharded_forward(loaded, mesh)
+        forward = P.sharded_forward(loaded, mesh)
         logits = forward(tokens)
         r["logits_spec"] = [list(a) if isinstance(a, tuple) else a for a in logits.sharding.spec]
         r["forward_diff"] = float(np.abs(np.asarray(logits) - ref_logits).max())
 
         # KV-cache prefill + one decode step under the mesh, jitted with sharded params and cache
-        cache_sh = S.kv_cache_shardings(mesh, cfg, 8, 16)
+        cache_sh = P.kv_cache_shardings(mesh, cfg, 8, 16)
         cache = jax.device_put(KVCache.zeros(cfg, 8, 16), cache_sh)
         step = nnx.jit(lambda m, t, c, i: m(t, cache=c, cache_index=i))
         with jax.set_mesh(mesh):

@@ -23,6 +23,7 @@ SHARED = "A prefix every prompt of the batch shares, long enough to be prefilled
 def _worker() -> None:
     from flax import nnx
 
+    from spade_jax.model import placement as P
     from spade_jax.model import sharding as S
     from spade_jax.model.loading import load_tokenizer
     from spade_jax.model.presets import load_preset
@@ -40,7 +41,7 @@ def _worker() -> None:
         mesh = None
         if shape:
             mesh = S.make_mesh(shape)
-            S.shard_model(model, mesh)
+            P.shard_model(model, mesh)
         sampler = Sampler(
             model, tok, mesh=mesh, max_total_len=128, chunk_steps=8, min_shared_prefix=64, min_prefix_saving=0
         )

@@ -10,7 +10,7 @@ import argparse
 import json
 from pathlib import Path
 
-from spade_jax.sandbox.launchers import LEVEL_CHOICES as SANDBOX_LEVELS
+from spade_jax.config.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -135,7 +135,7 @@ def _validate_env(args: argparse.Namespace) -> int:
 def _print_verdict(file: str, verdict) -> None:
     """The verdict in a few lines; what the environment wrote (reason, names) has its control characters escaped,
     so it cannot repaint the verdict or drive the terminal."""
-    from spade_jax.sandbox.protocol import printable
+    from spade_jax.envs.text import printable
 
     d = verdict.details
     status = "VALID" if verdict.valid else "INVALID"
@@ -249,14 +249,14 @@ def _result_fields(result, event: str | None) -> dict:
 
 def _emit_json(record: dict) -> None:
     """One JSON line; DEL, C1 and bidi controls (which ensure_ascii=False leaves raw) become \\u escapes."""
-    from spade_jax.sandbox.protocol import printable
+    from spade_jax.envs.text import printable
 
     print(printable(json.dumps(record, ensure_ascii=False, default=str), json_escapes=True), flush=True)
 
 
 def _emit_text(record: dict) -> None:
     """One event as text, every part the environment wrote with its control characters escaped."""
-    from spade_jax.sandbox.protocol import printable
+    from spade_jax.envs.text import printable
 
     print(printable(_event_text(record)), flush=True)
 

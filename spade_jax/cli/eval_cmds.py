@@ -7,7 +7,7 @@ import sys
 import time
 from pathlib import Path
 
-from spade_jax.sandbox.launchers import LEVEL_CHOICES as SANDBOX_LEVELS
+from spade_jax.config.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:

@@ -10,6 +10,7 @@ from typing import Any
 
 from spade_jax.config.learner import ROLE_NORMS, LearnerConfig
 from spade_jax.config.overrides import ConfigError, apply_overrides, from_dict, to_dict
+from spade_jax.config.sandbox import LEVEL_CHOICES, SandboxLimits
 from spade_jax.config.selfplay import (
     REFERENCE_OBSERVATION_TEMPLATE,
     TOOL_FORMATS,
@@ -22,7 +23,6 @@ from spade_jax.config.selfplay import (
     SelfPlayConfig,
 )
 from spade_jax.config.warmstart import WarmStartConfig
-from spade_jax.sandbox.launchers import LEVEL_CHOICES
 
 # Seed environments kept out of training and memory, played only by the held-out evaluation.
 HELD_OUT_SEEDS = ("grid_maze", "memory_pairs", "ledger_settle", "date_offset")
@@ -51,29 +51,6 @@ class LoopConfig:
     def __post_init__(self) -> None:
         if self.role_norm not in ROLE_NORMS:
             raise ValueError(f"loop.role_norm={self.role_norm!r}; expected one of {', '.join(ROLE_NORMS)}")
-
-
-@dataclass
-class SandboxLimits:
-    """Per-environment limits of the sandbox workers (sandbox.launchers.SandboxConfig; the level and call timeout
-    are `RunConfig.sandbox` / `call_timeout_s`). 0 for the whole-sandbox bounds: automatic."""
-
-    load_timeout_s: float = 10.0
-    memory_mb: int = 512  # address space of one episode process
-    cpu_seconds: int = 60  # CPU time of one session
-    max_processes: int = 32  # processes of one episode's uid
-    tmp_mb: int = 64  # its private /tmp
-    sandbox_memory_mb: int = 0  # the whole sandbox (cgroup): every process, memfd and SysV segment together
-    sandbox_processes: int = 0
-
-    def __post_init__(self) -> None:
-        if not self.load_timeout_s > 0:
-            raise ValueError(f"sandbox_limits.load_timeout_s={self.load_timeout_s}; expected > 0")
-        small = [k for k in ("memory_mb", "cpu_seconds", "max_processes", "tmp_mb") if getattr(self, k) < 1]
-        if small:
-            raise ValueError(f"sandbox_limits.{small[0]}={getattr(self, small[0])}; expected >= 1")
-        if self.sandbox_memory_mb < 0 or self.sandbox_processes < 0:
-            raise ValueError("sandbox_limits.sandbox_memory_mb and sandbox_processes must be >= 0 (0: automatic)")
 
 
 @dataclass

@@ -12,7 +12,7 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 
-from spade_jax.gates.sandboxed import GateConfig
+from spade_jax.config.gates import GateConfig
 
 __all__ = [
     "REFERENCE_OBSERVATION_TEMPLATE",

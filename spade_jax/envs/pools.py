@@ -25,7 +25,7 @@ from pathlib import Path
 
 from spade_jax.envs.source import EnvSource
 
-__all__ = ["POOLS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
+__all__ = ["POOLS", "RG_TASKS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
 
 POOLS = ("seeds", "reasoning_gym", "textarena")
 _HERE = Path(__file__).resolve().parent
@@ -53,6 +53,8 @@ RG_SKILLS = {
     "word_sequence_reversal": "language understanding",
     "dice": "mathematical reasoning",
 }
+# Generators whose reference answer is unique, so exact/numeric matching is a faithful check (the eval suite's too).
+RG_TASKS = tuple(RG_SKILLS)
 
 
 def _from_files(paths: list[Path], manifest: dict[str, dict] | None = None) -> list[EnvSource]:
@@ -157,8 +159,6 @@ class RG{cls}(ReasoningEnv):
 
 def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) -> list[EnvSource]:
     """One ReasoningEnv source per reasoning-gym generator, with `items_per_task` baked-in items."""
-    from spade_jax.eval.qa_suites import RG_TASKS
-
     try:
         import reasoning_gym
     except ImportError:

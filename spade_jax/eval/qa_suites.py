@@ -1,7 +1,7 @@
 """Single-turn answer suites: CHAMP math, reasoning-gym, and user-provided AIME / MATH-500 / GPQA-Diamond files.
 
 Every suite asks for the final answer in `\\boxed{}` and scores it with our own checks (`answers.py`,
-`rg_check.py`); the data comes from installed packages or files the user names.
+`envs/rg_check.py`); the data comes from installed packages or files the user names.
 """
 
 from __future__ import annotations
@@ -12,9 +12,10 @@ import random
 from pathlib import Path
 from typing import Any
 
+from spade_jax.envs.pools import RG_TASKS
+from spade_jax.envs.rg_check import rg_answer_ok
 from spade_jax.eval.answers import choice_letter, final_answer, math_equal
 from spade_jax.eval.core import EvalContext, ItemResult, QASuite
-from spade_jax.eval.rg_check import rg_answer_ok
 
 __all__ = ["ChampSuite", "GPQASuite", "MathFileSuite", "ReasoningGymSuite", "RG_TASKS", "reasoning_gym_items"]
 
@@ -131,29 +132,6 @@ class GPQASuite(QASuite):
 
 # ------------------------------------------------------------------------------------------- reasoning-gym
 
-# Generators whose reference answer is unique, so exact/numeric matching is a faithful check.
-RG_TASKS = (
-    "basic_arithmetic",
-    "chain_sum",
-    "gcd",
-    "lcm",
-    "letter_counting",
-    "spell_backward",
-    "leg_counting",
-    "fraction_simplification",
-    "base_conversion",
-    "family_relationships",
-    "syllogism",
-    "count_bits",
-    "calendar_arithmetic",
-    "simple_equations",
-    "caesar_cipher",
-    "count_primes",
-    "products",
-    "largest_island",
-    "word_sequence_reversal",
-    "dice",
-)
 RG_EVAL_SEED = 9_000_000  # the held-out set; pools.py draws training items from seeds below 1_000_000
 
 

@@ -35,8 +35,8 @@ def _examples(name: str, limit: int | None) -> list[dict[str, str]]:
 
 
 def _metric(name: str):
+    from spade_jax.envs.rg_check import rg_answer_ok
     from spade_jax.eval.answers import final_answer, math_equal
-    from spade_jax.eval.rg_check import rg_answer_ok
 
     check = rg_answer_ok if name == "reasoning_gym" else (lambda p, g: math_equal(p, g))
 

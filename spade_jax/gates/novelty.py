@@ -26,18 +26,9 @@ import zlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 
+from spade_jax.config.gates import NoveltyConfig
+
 __all__ = ["Fingerprint", "NoveltyConfig", "NoveltyIndex", "NoveltyResult", "fingerprint", "is_novel"]
-
-
-@dataclass(frozen=True)
-class NoveltyConfig:
-    """Shingle sizes and the similarity at which a program counts as a duplicate."""
-
-    structure_k: int = 12
-    text_k: int = 8
-    max_structure_sim: float = 0.70
-    max_text_sim: float = 0.70
-    max_param_variants: int = 0  # 0: a copy with other constants is a duplicate; N: up to N per family
 
 
 @dataclass(frozen=True)

@@ -7,7 +7,6 @@ session. The first failing gate ends validation with a one-line reason.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import math
@@ -19,12 +18,13 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from spade_jax.config.gates import GateConfig
 from spade_jax.envs.extract import ExtractError, extract_source
 from spade_jax.envs.formats import complete_imports, source_contract
 from spade_jax.envs.outcome import episode_outcome
 from spade_jax.gates.novelty import NoveltyConfig, NoveltyIndex
 from spade_jax.gates.probes import MALFORMED_ACTIONS, GenericPolicy, guess_kind, noop_action
-from spade_jax.gates.static import StaticConfig, check_static
+from spade_jax.gates.static import check_static
 from spade_jax.interfaces import EnvPool, EnvSessionLike
 from spade_jax.sandbox import protocol
 
@@ -35,53 +35,6 @@ log = logging.getLogger(__name__)
 GATES: tuple[str, ...] = (
     "extract", "static", "load", "reset", "step", "determinism", "termination", "random_play", "hint", "novelty",
 )  # fmt: skip
-
-
-@dataclass(frozen=True)
-class GateConfig:
-    """Episode counts and limits of the gates; defaults keep one validation at ~1-3 s in gVisor."""
-
-    max_turns: int = 25
-    # The reset seeds of gate episodes derive from this key (`seed`); a run passes a secret of its own, so that an
-    # environment cannot tell a gate episode from a training one by its seed and behave only on the gates.
-    seed_key: str = "spade-gates"
-    determinism_episodes: int = 2
-    determinism_steps: int = 12
-    random_episodes: int = 20
-    generic_episodes: int = 8  # extra generic-policy episodes when the env has its own random_action
-    max_random_win_rate: float = 0.15
-    reference_episodes: int = 2  # reported in details only (reference_action is optional)
-    hint_max_words: int = 100
-    hint_max_chars: int = 800
-    max_obs_chars: int = 20_000
-    time_budget_s: float = 60.0  # dynamic gates together; a slower environment is rejected
-    extract: bool = True  # run the completion parser first (bare source passes through unchanged)
-    static: StaticConfig = field(default_factory=StaticConfig)
-    novelty: NoveltyConfig = field(default_factory=NoveltyConfig)
-
-    def __post_init__(self) -> None:
-        counts = ("max_turns", "determinism_episodes", "determinism_steps", "random_episodes", "hint_max_words",
-                  "hint_max_chars", "max_obs_chars")  # fmt: skip
-        for name in counts:
-            if getattr(self, name) < 1:
-                raise ValueError(f"gates.{name}={getattr(self, name)}; expected >= 1")
-        for name in ("generic_episodes", "reference_episodes"):
-            if getattr(self, name) < 0:
-                raise ValueError(f"gates.{name}={getattr(self, name)}; expected >= 0")
-        if not 0.0 <= self.max_random_win_rate <= 1.0:
-            raise ValueError(f"gates.max_random_win_rate={self.max_random_win_rate}; expected a rate in [0, 1]")
-        if not self.time_budget_s >= 0:
-            raise ValueError(f"gates.time_budget_s={self.time_budget_s}; expected >= 0 seconds")
-
-    def seed(self, purpose: str, i: int = 0) -> int:
-        """Reset seed of gate episode i of a purpose: 31 bits of a keyed hash, like the training seeds."""
-        digest = hashlib.sha256(f"{self.seed_key}|{purpose}|{i}".encode()).digest()
-        return int.from_bytes(digest[:4], "little") & 0x7FFFFFFF
-
-    @property
-    def probe_seed(self) -> int:
-        """The seed of the reset, step and hint probes."""
-        return self.seed("probe")
 
 
 @dataclass

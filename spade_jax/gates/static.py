@@ -12,7 +12,7 @@ import re
 import types
 from dataclasses import dataclass, field
 
-from spade_jax.envs.contract import ALLOWED_IMPORTS, ALLOWED_OWN_MODULES
+from spade_jax.config.gates import StaticConfig
 
 __all__ = ["StaticConfig", "StaticReport", "check_static"]
 
@@ -40,19 +40,6 @@ BANNED_ATTRS = frozenset(
 BANNED_MODULE_ATTRS = frozenset({"typing.get_type_hints", "typing.ForwardRef", "string.Formatter"})
 _DUNDER_RE = re.compile(r"__[A-Za-z]\w*?__")
 _FORMAT_ATTR_RE = re.compile(r"\{[^{}]*\.\s*_")
-
-
-@dataclass(frozen=True)
-class StaticConfig:
-    """Limits and allow-lists of the static gate."""
-
-    allowed_imports: tuple[str, ...] = ALLOWED_IMPORTS
-    allowed_own_modules: tuple[str, ...] = ALLOWED_OWN_MODULES
-    max_chars: int = 64_000
-    max_lines: int = 1_500
-    max_nodes: int = 40_000
-    max_depth: int = 80
-    ban_print: bool = True  # the contract forbids print-based I/O (outside `if __name__ == "__main__":`)
 
 
 @dataclass(frozen=True)

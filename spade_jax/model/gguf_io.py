@@ -14,7 +14,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
+from spade_jax.model.gguf_file import open_gguf, read_metadata
 from spade_jax.model.tokenizer import Tokenizer
+
+__all__ = ["GGUFCheckpoint", "GGUFTensors", "hf_config_from_metadata", "hf_name", "load_gguf", "open_gguf",
+           "read_metadata"]  # fmt: skip
 
 SUPPORTED_ARCHS = ("llama", "qwen2", "qwen3")
 _HF_ARCH = {"llama": "LlamaForCausalLM", "qwen2": "Qwen2ForCausalLM", "qwen3": "Qwen3ForCausalLM"}
@@ -48,16 +52,6 @@ class GGUFCheckpoint(NamedTuple):
     state_dict: Mapping[str, np.ndarray]
     tokenizer: Tokenizer
     chat_template: str | None
-
-
-def read_metadata(reader: Any) -> dict[str, Any]:
-    """All key/value metadata of an open `GGUFReader` as plain Python values (strings, numbers, lists)."""
-    out: dict[str, Any] = {}
-    for key, field in reader.fields.items():
-        if key.startswith("GGUF."):
-            continue
-        out[key] = field.contents()
-    return out
 
 
 def _clean_float(x: float) -> float:
@@ -172,48 +166,6 @@ class GGUFTensors(Mapping[str, np.ndarray]):
             elif ".self_attn.k_proj." in name:
                 w = _unpermute_rows(w, self._kv_heads)
         return np.ascontiguousarray(w)
-
-
-def open_gguf(path: str | Path) -> Any:
-    """A `gguf.GGUFReader` on `path`, with one clear error for a missing or unreadable file."""
-    from gguf import GGUFReader
-
-    path = Path(path)
-    if not path.is_file():
-        raise FileNotFoundError(f"GGUF file not found: {path}")
-    try:
-        reader = GGUFReader(str(path))
-    except Exception as e:  # the reader raises assorted errors on a non-GGUF file
-        raise ValueError(_unreadable(path, e)) from e
-    _check_tensor_extents(reader, path)
-    return reader
-
-
-GGUF_MAGIC = b"GGUF"
-
-
-def _unreadable(path: Path, error: Exception) -> str:
-    """One line on why the reader refused `path`: a file that starts as a GGUF but does not parse is truncated or
-    damaged (the reader's own words, e.g. a numpy dtype or reshape complaint, would not say so)."""
-    with path.open("rb") as f:
-        magic = f.read(len(GGUF_MAGIC))
-    detail = " ".join(f"{type(error).__name__}: {error}".split())
-    if magic != GGUF_MAGIC[: len(magic)]:  # a file cut inside the magic (or empty) still counts as truncated
-        return f"{path} is not a readable GGUF file (no GGUF magic at the start; {detail})"
-    size = path.stat().st_size
-    return f"{path} is a truncated or damaged GGUF file ({size:,} bytes; the reader stopped with {detail})"
-
-
-def _check_tensor_extents(reader: Any, path: Path) -> None:
-    """Refuses a GGUF whose tensor data would run past the end of the file (cut at a tensor boundary, where the
-    reader itself may not notice until a tensor is read)."""
-    size = path.stat().st_size
-    for t in reader.tensors:
-        end = int(t.data_offset) + int(t.n_bytes)
-        if end > size:
-            raise ValueError(
-                f"{path} is a truncated or damaged GGUF file ({size:,} bytes; tensor {t.name} needs {end:,})"
-            )
 
 
 def load_gguf(path: str | Path) -> GGUFCheckpoint:

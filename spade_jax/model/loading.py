@@ -169,7 +169,7 @@ def load_model(
     cfg = src.preset.model.replace(**overrides)
     tokenizer = _random_preset_tokenizer(src.preset)
     if mesh is not None:
-        from spade_jax.model.sharding import create_sharded
+        from spade_jax.model.placement import create_sharded
 
         model = create_sharded(cfg, mesh, seed, rules)
     else:

@@ -1,4 +1,6 @@
-"""Device mesh, logical-axis rules, and placing the model's parameters and activations on the mesh.
+"""Device mesh and logical-axis rules: which mesh axes each named dimension of a parameter or activation uses.
+
+A leaf of the model package (it imports no model code); placing a model on a mesh is `placement.py`.
 
 Parameters carry logical axis names (`logical_axes` metadata, e.g. ("embed", "mlp")); `ShardingRules` maps
 those names, and activation names (batch, length, embed, heads, vocab, ...), onto the mesh axes
@@ -11,7 +13,7 @@ import contextlib
 import contextvars
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -21,8 +23,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 if TYPE_CHECKING:
-    from spade_jax.model.config import ModelConfig
-    from spade_jax.model.transformer import KVCache, Transformer
+    pass
 
 MESH_AXES = ("data", "fsdp", "expert", "tensor")  # outermost first: "tensor" gets the closest devices
 MeshAxes = str | tuple[str, ...] | None
@@ -175,18 +176,6 @@ def activation_sharding(
     return NamedSharding(mesh, (rules or DEFAULT_RULES).activation_spec(names, shape, mesh))
 
 
-def kv_cache_shardings(
-    mesh: Mesh, cfg: ModelConfig, batch: int, length: int, rules: ShardingRules | None = None
-) -> KVCache:
-    """Shardings for a `KVCache` of this size (a KVCache whose leaves are NamedShardings)."""
-    from spade_jax.model.kv_cache import K_AXES, V_AXES, KVCache
-
-    kvh, d = cfg.num_kv_heads, cfg.head_dim
-    k = activation_sharding(mesh, K_AXES, (batch, kvh, d, length), rules)
-    v = activation_sharding(mesh, V_AXES, (batch, kvh, length, d), rules)
-    return KVCache(k=[k] * cfg.num_layers, v=[v] * cfg.num_layers)
-
-
 @contextlib.contextmanager
 def use_rules(rules: ShardingRules) -> Iterator[ShardingRules]:
     """Makes `rules` the ones `constrain` applies inside the model (default: DEFAULT_RULES)."""
@@ -206,85 +195,3 @@ def constrain(x: jax.Array, names: Sequence[str | None]) -> jax.Array:
         return x  # Explicit meshes carry shardings in the types; Manual (shard_map) bodies are per-device
     spec = _ACTIVE_RULES.get().activation_spec(names, x.shape, mesh)
     return jax.lax.with_sharding_constraint(x, spec)
-
-
-def create_sharded(cfg: ModelConfig, mesh: Mesh, rngs_seed: int = 0, rules: ShardingRules | None = None) -> Transformer:
-    """A randomly initialised Transformer whose parameters are created directly in their shardings.
-
-    The initialiser is jitted with `out_shardings`, so no device ever holds the full unsharded model.
-    """
-    from spade_jax.model.transformer import Transformer
-
-    abstract = nnx.eval_shape(lambda: Transformer(cfg, rngs=nnx.Rngs(0)))
-    graphdef, abstract_state = nnx.split(abstract)
-    shardings = param_shardings(abstract_state, mesh, rules)
-
-    @jax.jit(out_shardings=shardings)
-    def init(key: jax.Array) -> Any:
-        return nnx.state(Transformer(cfg, rngs=nnx.Rngs(key)))
-
-    with jax.set_mesh(mesh), use_rules(rules or DEFAULT_RULES):
-        state = init(jax.random.key(rngs_seed))
-    return nnx.merge(graphdef, state)
-
-
-def shard_model(model: nnx.Module, mesh: Mesh, rules: ShardingRules | None = None) -> nnx.Module:
-    """Moves the model's parameters onto the mesh as the rules say (in place; returns the model)."""
-    state = nnx.state(model)
-    nnx.update(model, jax.device_put(state, param_shardings(state, mesh, rules)))
-    return model
-
-
-def sharded_forward(
-    model: nnx.Module, mesh: Mesh, rules: ShardingRules | None = None
-) -> Callable[[jax.Array, jax.Array | None], jax.Array]:
-    """Returns f(tokens [B,T], positions=None) -> float32 logits [B,T,V], jitted with NamedSharding in/out.
-
-    The parameters stay where they are (call `shard_model` or `create_sharded` first); tokens are split over
-    the batch axes and logits come back sharded over batch and vocab. One compilation per input shape.
-    """
-    rules = rules or DEFAULT_RULES
-    graphdef, state = nnx.split(model)
-    state_sh = param_shardings(state, mesh, rules)
-    compiled: dict[tuple[int, int], Callable] = {}
-
-    def pure(st: Any, tokens: jax.Array, positions: jax.Array) -> jax.Array:
-        logits, _ = nnx.merge(graphdef, st)(tokens, positions)
-        return logits
-
-    def forward(tokens: jax.Array, positions: jax.Array | None = None) -> jax.Array:
-        state = nnx.state(model)  # read at call time, so later parameter updates are seen
-        tokens = jnp.asarray(tokens, jnp.int32)
-        b, t = tokens.shape
-        if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32), (b, t))
-        if (b, t) not in compiled:
-            tok_sh = activation_sharding(mesh, ("batch", "length"), (b, t), rules)
-            out_sh = activation_sharding(mesh, ("batch", "length", "vocab"), (b, t, model.cfg.vocab_size), rules)
-            compiled[(b, t)] = jax.jit(pure, in_shardings=(state_sh, tok_sh, tok_sh), out_shardings=out_sh)
-        with jax.set_mesh(mesh), use_rules(rules):
-            return compiled[(b, t)](state, tokens, jnp.asarray(positions, jnp.int32))
-
-    return forward
-
-
-def local_replica(model: nnx.Module, mesh: Mesh) -> nnx.Module:
-    """A copy of `model` whose arrays are whole on every device of `mesh` (this process's devices): what one host
-    of a multi-host job samples from, with no collective per decode step. Parameters sharded across processes
-    are gathered (a collective: every process calls this together); fully replicated ones are copied from this
-    process's own shard."""
-    from jax.experimental import multihost_utils
-
-    graphdef, state = nnx.split(model)
-    whole = NamedSharding(mesh, PartitionSpec())
-
-    def copy(x: Any) -> Any:
-        if not isinstance(x, jax.Array):
-            return x
-        if x.is_fully_addressable or x.is_fully_replicated:
-            value = x.addressable_data(0) if x.is_fully_replicated else x
-        else:
-            value = multihost_utils.process_allgather(x, tiled=True)
-        return jax.device_put(value, whole)
-
-    return nnx.merge(graphdef, jax.tree.map(copy, state))

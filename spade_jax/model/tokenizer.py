@@ -179,7 +179,7 @@ class Tokenizer:
     @classmethod
     def from_gguf(cls, path: str | Path) -> Tokenizer:
         """The tokenizer of a GGUF file (reads metadata only)."""
-        from spade_jax.model.gguf_io import open_gguf, read_metadata
+        from spade_jax.model.gguf_file import open_gguf, read_metadata
 
         return cls.from_gguf_metadata(read_metadata(open_gguf(path)))
 

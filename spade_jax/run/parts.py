@@ -41,7 +41,7 @@ class Parts:
         a copy whole on this host's devices (`local_replica`, a collective: every host calls it together)."""
         model = self.learner.model
         if self.hosts.count > 1:
-            from spade_jax.model.sharding import local_replica
+            from spade_jax.model.placement import local_replica
 
             model = local_replica(model, self.sampler.mesh)
         self.sampler.update_model(model)
@@ -76,7 +76,8 @@ def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
 def _sampler(model: Any, tokenizer: Any, cfg: RunConfig, mesh: Any, hosts: Hosts) -> Any:
     """The run's sampler: on the learner's own arrays (one process), or on a replica of them whole on this
     host's devices, split by batch (several: a host's decoding never waits for another host)."""
-    from spade_jax.model.sharding import local_replica, make_mesh
+    from spade_jax.model.placement import local_replica
+    from spade_jax.model.sharding import make_mesh
     from spade_jax.sampling import Sampler
 
     if hosts.count > 1:

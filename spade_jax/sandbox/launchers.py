@@ -25,6 +25,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from spade_jax.config.sandbox import LEVEL_CHOICES, LEVELS
 from spade_jax.sandbox import cgroups, protocol, seccomp
 from spade_jax.sandbox.inside import worker as inside_worker
 from spade_jax.sandbox.inside.cleanup import remove_tree
@@ -36,8 +37,6 @@ __all__ = ["LEVELS", "LEVEL_CHOICES", "Launcher", "SandboxConfig", "SandboxProce
 
 log = logging.getLogger(__name__)
 
-LEVELS = ("gvisor", "bwrap", "process")
-LEVEL_CHOICES = ("auto", *LEVELS)  # what a config or --sandbox may name ("auto": the strongest available)
 PKG_ROOT_IN_SANDBOX = "/opt/spade"
 # The worker is named by the module object imported above, so renaming or moving it breaks this import, not a
 # sandbox start at run time.

@@ -29,8 +29,8 @@ from pathlib import Path
 
 from spade_jax import streams
 from spade_jax.config.selfplay import MemoryConfig
+from spade_jax.envs.text import valid_text
 from spade_jax.gates.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
-from spade_jax.sandbox.protocol import valid_text
 
 __all__ = ["EnvRecord", "Memory", "damage", "rebuild"]
 

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 from spade_jax import streams
 
 if TYPE_CHECKING:
-    from spade_jax.selfplay.rollouts import EpisodeSpec
+    from spade_jax.selfplay.episodes import EpisodeSpec
 
 __all__ = ["ModelPolicy", "Policy", "ScriptedPolicy", "StreamingPolicy", "TurnReply", "TurnRequest", "as_stream"]
 
