@@ -7,7 +7,7 @@ STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
 LEARNING_ARGS ?= --preset demo --steps 8 --out runs/learning --eval-variants 0 --eval-plays 8 --eval-family simon_recall --family-variants 4 --trained-envs 4 loop.eval_every=4 loop.eval_plays=2
 
-.PHONY: install system-deps demo test lint bench learning clean
+.PHONY: install system-deps demo test test-fast lint bench learning clean
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (spade-jax needs Python >= 3.11)"; exit 1; }
@@ -29,8 +29,14 @@ install: $(STAMP) system-deps
 demo: install
 	$(VENV)/bin/spade-jax selfplay --preset demo $(DEMO_ARGS)
 
+# The whole suite on TEST_WORKERS processes (whole files each, longest first: tests/conftest.py). CI runs this.
+TEST_WORKERS ?= 2
 test: install
-	$(PY) -m pytest -q -ra --durations=25
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=25
+
+# The edit loop: every test not marked slow, on the same workers (a few minutes).
+test-fast: install
+	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not slow" --durations=10
 
 lint: install
 	$(VENV)/bin/ruff check .
