@@ -24,7 +24,11 @@ from spade_jax.selfplay.memory import Memory
 
 TRAINED = {"eval/win_rate": [0.1, 0.3, 0.5], "design/valid_frac": [0.0, 0.5, 1.0],
            "design/reward_mean": [0.0, 0.4, 0.8], "env/regret_mean": [0.0, 0.1, 0.2],
-           "env/in_band_frac": [0.0, 0.5, 1.0], "rollout/win_rate_no_hint": [0.2, 0.4, 0.6]}  # fmt: skip
+           "env/in_band_frac": [0.0, 0.5, 1.0], "rollout/win_rate_no_hint": [0.2, 0.4, 0.6],
+           # the paper's health measures (selfplay/health.py), one quantity of each of their panels
+           "health/learnable_frac": [0.16, 0.2, 0.31], "health/vendi_archive": [1.0, 1.8, 2.5],
+           "health/archive_top_class_share": [1.0, 0.8, 0.5], "health/archive_longest_class_run": [1.0, 3.0, 4.0],
+           "health/regret_mean": [-0.1, 0.0, 0.1], "health/blend_plateau_part": [0.0, 0.3, 0.6]}  # fmt: skip
 CONTROL = {k: [v[0]] * 3 for k, v in TRAINED.items()}  # the control stays where it started
 
 

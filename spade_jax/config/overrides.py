@@ -11,6 +11,8 @@ import types
 import typing
 from typing import Any, get_args, get_origin, get_type_hints
 
+from spade_jax.config.ablations import ablation_overrides
+
 
 class ConfigError(ValueError):
     """A bad config key or value; the message is one line naming the problem."""
@@ -113,12 +115,24 @@ def set_key(cfg: Any, key: str, value: str, _prefix: str = "") -> Any:
 
 
 def apply_overrides(cfg: Any, overrides: list[str]) -> Any:
-    """Applies `key=value` strings in order; raises ConfigError with a one-line message on the first bad one."""
+    """Applies `key=value` strings in order; raises ConfigError with a one-line message on the first bad one.
+    `ablation=NAME[,NAME]` on a config with an `ablation` field applies the paper ablation's own overrides
+    (config/ablations.py) there, then records the name."""
     for item in overrides:
         if "=" not in item:
             raise ConfigError(f"override {item!r} is not of the form key=value")
-        key, value = item.split("=", 1)
-        cfg = set_key(cfg, key.strip(), value.strip())
+        key, value = (part.strip() for part in item.split("=", 1))
+        if (
+            key == "ablation"
+            and dataclasses.is_dataclass(cfg)
+            and "ablation" in {f.name for f in dataclasses.fields(cfg)}
+        ):
+            try:
+                expanded = ablation_overrides(value)
+            except ValueError as e:
+                raise ConfigError(f"ablation={value!r}: {e}") from None
+            cfg = apply_overrides(cfg, expanded)
+        cfg = set_key(cfg, key, value)
     return cfg
 
 

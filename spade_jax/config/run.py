@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from spade_jax.config.ablations import ablation_overrides
 from spade_jax.config.learner import ROLE_NORMS, LearnerConfig
 from spade_jax.config.overrides import ConfigError, apply_overrides, from_dict, to_dict
 from spade_jax.config.sandbox import LEVEL_CHOICES, SandboxLimits
@@ -72,8 +73,12 @@ class RunConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    # The paper ablation(s) applied (config/ablations.py: `ablation=no_corpus`), recorded; their settings are in
+    # the fields above. "" = none.
+    ablation: str = ""
 
     def __post_init__(self) -> None:  # checked when loaded, not when the pool starts after the model loaded
+        ablation_overrides(self.ablation)  # a name it does not know: ValueError
         if self.sandbox not in LEVEL_CHOICES:
             raise ValueError(f"sandbox={self.sandbox!r}; expected one of {LEVEL_CHOICES}")
         if self.num_workers < 1:

@@ -285,6 +285,9 @@ class SelfPlayConfig:
     regen_interval: int = 4
     designer_delay: int = 4  # the reference's --spade-proposer-training-delay (4 games, 8 tool use)
     train_designer: bool = True
+    # False: the agent's samples are played, scored and logged but not trained (run/learn.py), so only the designer
+    # learns (benchmarks/designer_learning.py). Both roles share the weights: the agent still moves with them.
+    train_agent: bool = True
     designer_reward_scale: float = 0.0
     designer_reward_scale_max: float = 50.0
     fill_from_archive: bool = True

@@ -18,6 +18,17 @@ KEY_PANELS: dict[str, tuple[str, ...]] = {
     "Regret (mean)": ("env/regret_mean",),
     "Share of environments in the win-rate band": ("env/in_band_frac",),
 }
+# The paper's health measures (selfplay/health.py), drawn as key panels too: learnable share, diversity, collapse,
+# regret and the blend's two terms (issue 48).
+HEALTH_PANELS: dict[str, tuple[str, ...]] = {
+    "Learnable share (unhinted win rate in [0.2, 0.8])": ("health/learnable_frac", "health/step_learnable_frac"),
+    "Diversity (Vendi score of the programs)": ("health/vendi_round", "health/vendi_archive"),
+    "Collapse: largest share of one class in the archive": ("health/archive_top_class_share",),
+    "Collapse: longest run of one class in the archive": ("health/archive_longest_class_run",),
+    "Regret: mean, spread, share negative": ("health/regret_mean", "health/regret_std", "health/regret_negative_frac"),
+    "Designer blend, its two terms (means)": ("health/blend_regret_part", "health/blend_plateau_part"),
+}
+KEY_PANELS.update(HEALTH_PANELS)
 # Diagnostics: title -> metric-name prefixes drawn in it (metrics are named "<group>/<name>").
 PANELS: dict[str, tuple[str, ...]] = {
     "Designer failures by gate": ("design/failed_",),
@@ -31,7 +42,8 @@ PANELS: dict[str, tuple[str, ...]] = {
 }
 # Key panels of shares and rates: drawn on a fixed 0..1 axis so that runs and steps compare at a glance.
 UNIT_PANELS = ("Held-out win rate (unhinted)", "Rollout win rate", "Designer valid rate",
-               "Share of environments in the win-rate band")  # fmt: skip
+               "Share of environments in the win-rate band", "Learnable share (unhinted win rate in [0.2, 0.8])",
+               "Collapse: largest share of one class in the archive")  # fmt: skip
 CONTROL_SUFFIX = " (control)"
 
 

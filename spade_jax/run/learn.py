@@ -2,7 +2,9 @@
 
 Samples whose advantage is 0 carry no signal and are dropped, and samples longer than every length bucket are
 dropped too; both are counted in the step's metrics (`train/*_dropped_frac`, `train/dropped_too_long`). At
-learning rate 0 (the learning benchmark's control) the step is counted but not computed (`train/frozen`).
+learning rate 0 (the learning benchmark's control) the step is counted but not computed (`train/frozen`). With
+`selfplay.train_agent=false` the agent's samples are left out before anything else (`train/agent_not_trained`
+counts them): only the designer learns.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from spade_jax.rl.batch import Sample, pack_sequences, split_trainable
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.trajectory import AGENT, DESIGNER, ROLE_NAMES
 
-__all__ = ["band_stats", "to_train_samples", "train_on"]
+__all__ = ["band_stats", "to_train_samples", "train_on", "trained_roles"]
 
 
 def to_train_samples(batch: SelfPlayBatch, loop: LoopConfig = LoopConfig()) -> tuple[list[Sample], dict[str, float]]:
@@ -57,9 +59,20 @@ def band_stats(envs: list[dict[str, Any]], band: tuple[float, float]) -> dict[st
     return {"env/in_band_frac": sum(lo <= r <= hi for r in rates) / len(rates)} if rates else {}
 
 
+def trained_roles(batch: SelfPlayBatch, train_agent: bool = True) -> tuple[SelfPlayBatch, dict[str, float]]:
+    """The batch the learner sees: as played, or without the agent's samples (`selfplay.train_agent=false`)."""
+    if train_agent:
+        return batch, {}
+    kept = [s for s in batch.samples if s.role != AGENT]
+    return replace(batch, samples=kept), {"train/agent_not_trained": float(len(batch.samples) - len(kept))}
+
+
 def train_on(parts: Any, batch: SelfPlayBatch) -> dict[str, float]:
     """One learner step on a self-play batch (skipped when no group carries signal)."""
+    selfplay = getattr(parts.cfg, "selfplay", None)  # a test's stand-in config may have none: both roles train
+    batch, frozen = trained_roles(batch, selfplay is None or selfplay.train_agent)
     samples, stats = to_train_samples(batch, parts.cfg.loop)
+    stats.update(frozen)
     buckets = parts.cfg.learner.length_buckets_for(parts.cfg.max_total_len)
     samples, dropped = split_trainable(samples, max(buckets))  # longer than any bucket: counted, not trained
     stats["train/dropped_too_long"] = float(dropped)

@@ -35,6 +35,7 @@ from spade_jax.rundir.checkpoints import Checkpointer
 from spade_jax.rundir.metrics import MetricsLogger
 from spade_jax.rundir.paths import RunDir, open_run_dir
 from spade_jax.selfplay.batch import SelfPlayBatch
+from spade_jax.selfplay.health import step_health
 
 __all__ = ["Parts", "build", "evaluate", "play_step", "run"]
 
@@ -182,6 +183,7 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
         row["perf/slot_utilisation"] = tokens / slots
     row.update(batch.stats)
     row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
+    row.update(step_health(batch, parts.selfplay.memory, step, cfg.selfplay.reward))  # the paper's measures
     row["time/selfplay"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     with progress.phase(f"step {step + 1}: learner"):
