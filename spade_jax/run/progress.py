@@ -19,6 +19,7 @@ SHOWN = {
     "regret": "env/regret_mean",  # at the steps that close a design round
     "win(no hint)": "rollout/win_rate_no_hint",
     "win(hint)": "rollout/win_rate_hint",
+    "learnable": "health/learnable_frac",  # share of the scored environments in [0.2, 0.8] (selfplay/health.py)
     "trained agent": "train/agent_samples",
     "designer": "train/designer_samples",
     "loss": "train/loss",
