@@ -5,9 +5,11 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 DEMO_ARGS ?=
+DESIGNER_LEARNING_ARGS ?= --preset demo --rounds 12 --designs 8 --eval-designs 24 --eval-plays 8 --out runs/designer_learning
+ABLATIONS_ARGS ?= --preset demo --steps 4 --out runs/ablations --ablations no_corpus,no_designer_training
 LEARNING_ARGS ?= --preset demo --steps 8 --out runs/learning --eval-variants 0 --eval-plays 8 --eval-family simon_recall --family-variants 4 --trained-envs 4 loop.eval_every=4 loop.eval_plays=2
 
-.PHONY: install system-deps demo test test-fast lint bench learning clean
+.PHONY: install system-deps demo test test-fast lint bench learning designer-learning ablations clean
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (spade-jax needs Python >= 3.11)"; exit 1; }
@@ -51,6 +53,14 @@ bench: install
 # The paired learning experiment (trained vs learning rate 0): learning.json, learning.png, report.html.
 learning: install
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
+
+# The designer alone learns (agent frozen) vs learning rate 0: designer_learning.json, .png, report.html (issue 48).
+designer-learning: install
+	$(PY) benchmarks/designer_learning.py $(DESIGNER_LEARNING_ARGS)
+
+# The paper's ablations side by side with their health measures: ablations.json, ablations.png.
+ablations: install
+	$(PY) benchmarks/ablations.py $(ABLATIONS_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache

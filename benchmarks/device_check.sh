@@ -19,5 +19,24 @@ if ! "$py" -c "$smoke"; then
   "$py" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site .whl/flax-*.whl \
     && export PYTHONPATH="/tmp/site:$PYTHONPATH" && "$py" -c "$smoke" || { echo "no usable flax"; exit 1; }
 fi
+# ---- issue 48: the designer curriculum on the accelerator (benchmarks/device_curriculum.py) ------------------------
+# Its own part with its own time limit (< 8 min): DEVICE_CURRICULUM=1 runs it after the throughput check, =only runs it
+# alone (one call's 10 minutes hold one of the two, not both). Its figures come back flat in $OUT (curriculum_*).
+device_curriculum() {
+  local work=/tmp/device_curriculum
+  rm -rf "$work"
+  timeout "${DEVICE_CURRICULUM_TIMEOUT:-470}" "$py" benchmarks/device_curriculum.py --out "$work" 2>&1 \
+    | tee "$out/device_curriculum.log"
+  for f in designer_learning.json designer_learning.png; do
+    [ -f "$work/$f" ] && cp "$work/$f" "$out/curriculum_$f"
+  done
+  for run in trained control; do  # per-round rows survive a timeout: each step's row is written as it ends
+    [ -f "$work/$run/metrics.jsonl" ] && cp "$work/$run/metrics.jsonl" "$out/curriculum_${run}_metrics.jsonl"
+  done
+  return 0
+}
+if [ "${DEVICE_CURRICULUM:-0}" = only ]; then device_curriculum; exit 0; fi
+trap '[ "${DEVICE_CURRICULUM:-0}" = 1 ] && device_curriculum' EXIT
+# ---- end of issue 48's part ---------------------------------------------------------------------------------------
 timeout "${DEVICE_CHECK_TIMEOUT:-450}" "$py" benchmarks/device_check.py --out "$out/device_check.json" "$@" 2>&1 \
   | tee "$out/device_check.log"

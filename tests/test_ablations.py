@@ -94,3 +94,33 @@ def test_a_frozen_agent_plays_but_only_the_designer_trains() -> None:
         stats = train_on(parts, SelfPlayBatch(samples=list(samples)))
         assert stats["train/agent_samples"] == agents and stats["train/designer_samples"] == 2.0
         assert stats["train/skipped"] == 0.0 and len(learner.rows) == 1
+
+
+def _ablations_bench():
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / "ablations.py"
+    spec = importlib.util.spec_from_file_location("ablations_bench", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules["ablations_bench"] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_ablations_script_runs_only_what_differs_and_summarises_by_hand() -> None:
+    bench = _ablations_bench()
+    demo = load_run_config("demo")  # no corpus there: no_corpus is the base run itself
+    cfgs, same = bench.configs(demo, ["no_corpus", "no_designer_training"])
+    assert list(cfgs) == ["base", "no_designer_training"] and same == {"no_corpus": "base"}
+    grounded = load_run_config("demo", ["selfplay.designer.use_corpus=true", "selfplay.designer.mutation_share=0.5"])
+    cfgs, same = bench.configs(grounded, ["no_corpus"])
+    assert list(cfgs) == ["base", "no_corpus"] and same == {} and not cfgs["no_corpus"].selfplay.designer.use_corpus
+    rows = [{"step": 0, "warmstart/examples": 4.0}, {"step": 1, "health/vendi_archive": 1.0},
+            {"step": 2, "health/vendi_archive": 2.0, "train/designer_samples": 2.0},
+            {"step": 3, "health/vendi_archive": 4.5, "train/designer_samples": 3.0}]  # fmt: skip
+    s = bench.summarise(rows)
+    assert s["Vendi, archive"] == {"last": 4.5, "mean": 2.5, "steps": 3}
+    assert s["designer trained"] == {"last": 3.0, "mean": 5.0, "steps": 2}, "summed over the run"
+    assert s["regret mean"] == {"last": None, "mean": None, "steps": 0}

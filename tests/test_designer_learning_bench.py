@@ -148,3 +148,16 @@ def test_designer_learning_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
     assert (out / "designer_learning.png").stat().st_size > 10_000
     page = (out / "trained" / "report.html").read_text()
     assert "Dashed: the control run" in page and "Learnable share" in page
+
+
+def test_the_device_curriculum_says_why_it_does_not_run_here(tmp_path: Path, monkeypatch, capsys) -> None:
+    """On a machine without an accelerator it is one line and exit 0 (the device check goes on), nothing written."""
+    monkeypatch.setenv("JAX_PLATFORMS", "cpu")
+    spec = importlib.util.spec_from_file_location("device_curriculum", ROOT / "benchmarks" / "device_curriculum.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assert module.main(["--out", str(tmp_path / "c")]) == 0
+    assert capsys.readouterr().out.strip() == "device_curriculum: no accelerator (jax sees only the CPU): skipped"
+    assert not (tmp_path / "c").exists()
+    monkeypatch.setenv("SPADE_JAX_GGUF", str(tmp_path / "missing.gguf"))
+    assert module.model_path() is None, "a named model that is not there is no model"
