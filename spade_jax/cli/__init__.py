@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from spade_jax.envs.text import printable_line
 from spade_jax.infra import malloc
 from spade_jax.infra.shutdown import exit_now, stop_on_signals
 
@@ -72,7 +73,8 @@ def main(argv: list[str] | None = None) -> int:
             # Bad input gets one clear line, not a traceback (SPADE_JAX_TRACEBACK=1: the whole traceback).
             if os.environ.get("SPADE_JAX_TRACEBACK") == "1":
                 raise
-            print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
+            # What it quotes (file names, environment text) is shown escaped, on one line.
+            print(f"spade-jax {args.command}: error: {printable_line(e)}", file=sys.stderr)
             return 2
 
 
