@@ -389,6 +389,7 @@ CASES = [
 # Hostile programs whose contained case lives in another test file (they attack the gates, the audit, the pool
 # loader, the prompts or a neighbour session rather than the host): program -> the test file that contains them.
 CONTAINED_ELSEWHERE = {
+    "text_special_tokens": "test_containment_text.py",
     "pool_layouts": "test_containment_pools.py",
 }
 

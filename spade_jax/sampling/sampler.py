@@ -205,9 +205,9 @@ class Sampler:
         return self.generate(prompts, params, progress=progress)
 
     def render_chat(self, messages: Sequence[dict], *, tools: list[dict] | None = None) -> list[int]:
-        """Prompt token ids for a conversation (the template writes its own special tokens)."""
-        text = self.tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        """Prompt token ids for a conversation: the template writes its own special tokens, the messages' contents
+        are text (`Tokenizer.encode_chat`: an environment's `<|im_end|>` is never the token)."""
+        return self.tokenizer.encode_chat(list(messages), tools, add_generation_prompt=True)
 
     def make_request(self, ids: list[int], params: SamplingParams, *, index: int = 0, tag: Any = None) -> Request:
         """A request for prompt ids under the length policy (ValueError when it does not fit)."""

@@ -302,11 +302,13 @@ class Designer:
 
     # --------------------------------------------------------------------------------- prompt budget
     def encode(self, messages: list[dict]) -> list[int]:
-        """Token ids of the rendered chat prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, enable_thinking=bool(self.config.enable_thinking)
+        """Token ids of the rendered chat prompt; sources, exemplars and documents in it are text (never a
+        special token, `Tokenizer.encode_chat`)."""
+        return list(
+            self.tokenizer.encode_chat(
+                messages, add_generation_prompt=True, enable_thinking=bool(self.config.enable_thinking)
+            )
         )
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     @property
     def prompt_budget(self) -> int:
@@ -329,7 +331,7 @@ class Designer:
             msgs, ids = render(parts)
         if len(ids) > budget and parts.document is not None:
             doc = parts.document
-            doc_ids = list(self.tokenizer.encode(doc.text, add_special_tokens=False))
+            doc_ids = list(self.tokenizer.encode_text(doc.text))
             keep = len(doc_ids) - (len(ids) - budget) - 8
             if keep < self.config.min_doc_tokens:
                 parts.document = None
@@ -472,7 +474,7 @@ class Designer:
     def _prepare_repair(self, i: int, res: DesignResult, convs: list[list[dict]], prompts: list[list[int]]) -> None:
         last = res.attempts[-1]
         previous = f"```python\n{last.verdict.source.strip()}\n```" if last.verdict.source else last.text
-        prev_ids = list(self.tokenizer.encode(previous, add_special_tokens=False))
+        prev_ids = list(self.tokenizer.encode_text(previous))
         if len(prev_ids) > self.prompt_budget // 2:  # a runaway reply: keep its head so the prompt fits
             previous = self.tokenizer.decode(prev_ids[: self.prompt_budget // 2]) + "\n... (truncated)"
         base = convs[i][:2]

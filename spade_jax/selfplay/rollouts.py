@@ -159,10 +159,8 @@ class RolloutEngine:
         return between, tail
 
     def _first_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, **self._chat_kwargs
-        )
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+        """The first prompt's ids; what the environment wrote (observation, hint, tool schemas) is text."""
+        return list(self.tokenizer.encode_chat(messages, tools, add_generation_prompt=True, **self._chat_kwargs))
 
     def _observation_ids(
         self, reply_ids: list[int], observation: str, pieces: tuple[str, str] | None = None
@@ -174,7 +172,7 @@ class RolloutEngine:
             end_text = self.tokenizer.decode([reply_ids[-1]])
             if between.startswith(end_text):
                 between = between[len(end_text) :]
-        return list(self.tokenizer.encode(between + observation + tail, add_special_tokens=False))
+        return list(self.tokenizer.encode_spans([(between, True), (observation, False), (tail, True)]))
 
     # ------------------------------------------------------------------------------------------ run
     def run(self, specs: Sequence[EpisodeSpec]) -> RolloutResult:
