@@ -51,6 +51,10 @@ def main(argv: list[str] | None = None) -> int:
     if command_line:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.infra.malloc)
         malloc.reexec_with_tunables()
     argv = sys.argv[1:] if argv is None else argv
+    for stream in (sys.stdout, sys.stderr):  # environment text a terminal's encoding lacks is shown escaped
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(errors="backslashreplace")
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     args = parser.parse_args(argv)

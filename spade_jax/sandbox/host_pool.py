@@ -56,7 +56,7 @@ class EnvSession:
     def _call(self, method: str, args: list, msg: dict | None = None) -> CallResult:
         with self._lock:
             if self._closed:
-                return CallResult.failure("crashed", f"{method}(): the session is closed")
+                return CallResult.failure("unavailable", f"{method}(): the session is closed")
             if not self.load_result.ok or self._worker is None:
                 return self.load_result
             msg = {**(msg or {"op": "call", "method": method, "args": args}), "sid": self._sid}
@@ -149,11 +149,11 @@ class HostPool:
             with self._cv:
                 while True:
                     if self._closed:
-                        return CallResult.failure("crashed", "the host pool is closed")
+                        return CallResult.failure("unavailable", "the host pool is closed")
                     dead = [w for w in self._live if not w.alive()]
                     if dead:
                         break
-                    room = [w for w in self._live if w.sessions < self.sessions_per_worker]
+                    room = [w for w in self._live if w.sessions < self.sessions_per_worker and not w.draining]
                     best = min(room, key=lambda w: w.sessions, default=None)
                     can_start = len(self._live) + self._starting < self.num_workers
                     if best is not None and (best.sessions == 0 or not can_start):
@@ -177,7 +177,7 @@ class HostPool:
             with self._cv:
                 self._starting -= 1
                 self._cv.notify_all()
-            return CallResult.failure("crashed", f"could not start a sandbox: {e}")
+            return CallResult.failure("unavailable", f"could not start a sandbox: {e}")
         with self._cv:
             self._starting -= 1
             self.stats["workers_started"] += 1
@@ -187,7 +187,7 @@ class HostPool:
                 self._cv.notify_all()
                 return worker
         worker.kill("pool closed")
-        return CallResult.failure("crashed", "the host pool is closed")
+        return CallResult.failure("unavailable", "the host pool is closed")
 
     def _retire(self, worker: SandboxWorker, why: str, replace: bool = True) -> None:
         """Kills a failed worker and takes it out of the pool (counted once); `replace` starts another in the
@@ -226,9 +226,12 @@ class HostPool:
             ended = False
         with self._cv:
             worker.sessions -= 1
+            drained = worker.draining and worker.sessions == 0
             self._cv.notify_all()
         if not ended:
             self._retire(worker, "it failed")
+        elif drained:
+            self._retire(worker, "it could not start more episodes (drained)")
 
     def _count(self, result: CallResult) -> None:
         with self._cv:
@@ -266,6 +269,8 @@ class HostPool:
         result = worker.request(msg, self.sandbox.load_timeout_s, "load()")
         with self._cv:
             self.stats["sessions"] += 1
+            if result.error == "unavailable" and worker.alive():  # e.g. no clean uid left: no new sessions on it;
+                worker.draining = True  # the ones running finish, then it is replaced (`_release`)
         self._count(result)
         return EnvSession(self, worker, sid, result)
 
