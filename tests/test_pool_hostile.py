@@ -386,6 +386,21 @@ CASES = [
 # Hostile programs whose contained case lives in another test file (they attack the gates, the audit, the pool
 # loader, the prompts or a neighbour session rather than the host): program -> the test file that contains them.
 CONTAINED_ELSEWHERE = {
+    "hint_hidden_state": "test_containment_hints.py",
+    "hint_in_observation": "test_containment_hints.py",
+    "hint_leakcheck": "test_containment_hints.py",
+    "hint_maxreward": "test_containment_hints.py",
+    "hint_numberword": "test_containment_hints.py",
+    "hint_quoted": "test_containment_hints.py",
+    "hint_single_digit": "test_containment_hints.py",
+    "hint_spelled": "test_containment_hints.py",
+    "tell_crash": "test_containment_checkers.py",
+    "tell_entropy": "test_containment_checkers.py",
+    "tell_kind": "test_containment_checkers.py",
+    "tell_latency": "test_containment_checkers.py",
+    "tell_lower": "test_containment_checkers.py",
+    "tell_prose": "test_containment_checkers.py",
+    "tell_siblings": "test_containment_checkers.py",
     "neighbour_cpu_spin": "test_containment_neighbours.py",
     "neighbour_cpu_threads": "test_containment_neighbours.py",
     "neighbour_many_files": "test_containment_neighbours.py",

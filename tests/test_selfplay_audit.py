@@ -186,15 +186,25 @@ def test_the_audit_of_an_honest_environment_plays_every_training_seed(pool):
     result = auditor.run([("env-honest", cheat_source("honest", "env-honest"), seeds)])["env-honest"]
     auditor.close()
     assert not result.violation and not result.inconclusive and not result.noop_won
-    assert result.episodes == PLAYS + 4 + 1  # a no-op play per seed, four random plays, one replayed
+    assert result.episodes == PLAYS + 4  # a no-op play per seed, four random plays (no agent play to replay)
 
 
 def test_an_audit_that_cannot_start_is_inconclusive_not_a_violation(pool):
-    """A sandbox that fails to load the program is the host's problem here: never held against the env."""
+    """A sandbox that cannot be had (here: the pool is closed) is the host's problem: never held against the
+    environment. A program that no longer loads is the environment's own failure."""
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
+
+    closed = HostPool(1, SandboxConfig(level="process"))
+    closed.close()
+    auditor = Auditor(closed, random_plays=3, max_turns=MAX_TURNS)
+    result = auditor.audit("env-x", cheat_source("honest", "env-x"), [1, 2, 3])
+    auditor.close()
+    assert not result.violation and result.inconclusive.startswith("unavailable")
     auditor = Auditor(pool, random_plays=3, max_turns=MAX_TURNS)
     result = auditor.audit("env-x", "this is not python (", [1, 2, 3])
     auditor.close()
-    assert not result.violation and result.inconclusive.startswith("load_error")
+    assert result.violation.startswith("load_error") and not result.inconclusive
 
 
 @pytest.mark.parametrize(("reward", "bad"), [(1, False), (-1.0, False), (0.5, False), (1.0000001, True),

@@ -16,6 +16,7 @@ from the archive so the agent always has something to play.
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
@@ -25,7 +26,7 @@ from spade_jax import streams
 from spade_jax.config.selfplay import SelfPlayConfig
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
 from spade_jax.envs.source import EnvSource
-from spade_jax.gates.audit import Auditor, AuditResult
+from spade_jax.gates.audit import AgentPlay, AuditEnv, Auditor, AuditResult
 from spade_jax.gates.sandboxed import GateConfig
 from spade_jax.infra.hosts import Hosts
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
@@ -137,7 +138,12 @@ class SelfPlay:
             pool, self.policy, tokenizer, config.rollout, max_context=context, hint_template=config.hints.template
         )
         self.auditor = (
-            Auditor(pool, random_plays=config.audit.random_plays, max_turns=config.rollout.max_turns)
+            Auditor(
+                pool,
+                random_plays=config.audit.random_plays,
+                max_turns=config.rollout.max_turns,
+                action_parsing=config.rollout.action_parsing,
+            )  # fmt: skip
             if config.audit.enabled
             else None
         )
@@ -305,10 +311,13 @@ class SelfPlay:
         if rnd is None or not all(e.env_id in rnd.envs for e in envs):
             rnd = adhoc = self.open_round(step, envs, [])
         result = self.play(envs, step, hinted=step == rnd.start) if envs else RolloutResult([])
-        audits = self.audit(envs, step, hinted=step == rnd.start)
+        t_audit = time.perf_counter()
+        audits = self.audit(envs, step, result, hinted=step == rnd.start)
+        t_audit = time.perf_counter() - t_audit
         hung, broken = self._record(rnd, result, step, audits)
         self.current = [e for e in self.current if e.env_id not in hung | broken]
-        batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken))
+        unchecked = {env_id for env_id, a in audits.items() if a.inconclusive}  # default-deny: not trained
+        batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken | unchecked))
         closing = [r for r in self.rounds if final or r is adhoc or r.due(step, self.config.designer_delay)]
         self.rounds = [r for r in self.rounds if r not in closing]
         scores: dict[str, RoundScore] = {}
@@ -319,17 +328,28 @@ class SelfPlay:
         batch.envs = [{"env_id": env_id, **_score_row(sc)} for env_id, sc in scores.items()]
         batch.stats = self._stats(result, designs, scores, hung, batch)
         batch.stats.update(_audit_stats(audits, broken))
+        if audits:
+            batch.stats["time/audit"] = t_audit
         return batch
 
-    def audit(self, envs: Sequence[PlayableEnv], step: int, *, hinted: bool = True) -> dict[str, AuditResult]:
-        """Audits of `envs` on the reset seeds the agent plays at `step` (empty when audits are off); the
-        hint checks only where the agent is shown the environment's own hint this step (`hinted`)."""
+    def audit(self, envs: Sequence[PlayableEnv], step: int, result: RolloutResult | None = None, *,
+              hinted: bool = True) -> dict[str, AuditResult]:  # fmt: skip
+        """Audits of `envs` with the agent's plays of `step` (gates/audit.py: each play replayed, agent-shaped
+        random and no-op plays, at a step that shows hints their candidate answers); empty when audits are off.
+        Without plays (`result` None) the seeds the agent plays at `step` are audited with prose replies."""
         if self.auditor is None or not envs:
             return {}
-        n, run_seed = self.config.plays_per_condition, self.config.seed
-        seeds = {e.env_id: [streams.episode_seed(run_seed, e.env_id, step, k) for k in range(n)] for e in envs}
-        items = [(e.env_id, e.source, seeds[e.env_id], e.env_hint and hinted) for e in envs]
-        results = self.hosts.map(items, lambda block: list(self.auditor.run(block).values()))  # each host its block
+        items = [AuditEnv(e.env_id, e.source, e.kind, e.env_hint and hinted, e.hint) for e in envs]
+        if result is None:
+            n, run_seed = self.config.plays_per_condition, self.config.seed
+            old = [(e.env_id, e.source, [streams.episode_seed(run_seed, e.env_id, step, k) for k in range(n)],
+                    e.env_hint and hinted) for e in envs]  # fmt: skip
+            results = self.hosts.map(old, lambda block: list(self.auditor.run(block).values()))
+        else:
+            plays = [AgentPlay.from_episode(ep) for ep in result.episodes if ep.env_id in {e.env_id for e in envs}]
+            results = self.hosts.map(  # each host its block of environments; every host has every play
+                items, lambda block: list(self.auditor.audit_step(block, plays, hint_check=hinted).values())
+            )
         return {r.env_id: r for r in results}
 
     def _record(self, rnd: Round, result: RolloutResult, step: int,
@@ -343,6 +363,8 @@ class SelfPlay:
             if audit.violation and env_id in rnd.envs:
                 rnd.envs[env_id].violations.append(audit.violation)
                 broken.add(env_id)
+            if audit.hint_leaked and env_id in rnd.envs:  # a candidate answer of its hint won at once
+                rnd.envs[env_id].hint_status = "leaked"
         for ep in result.episodes:
             env = rnd.envs.get(ep.env_id)
             if env is None:
@@ -527,7 +549,9 @@ def _audit_stats(audits: dict[str, AuditResult], broken: set[str]) -> dict[str, 
     return {
         "audit/envs": float(len(audits)),
         "audit/episodes": float(sum(a.episodes for a in audits.values())),
+        "audit/replayed": float(sum(a.replayed for a in audits.values())),
         "audit/inconclusive": float(sum(bool(a.inconclusive) for a in audits.values())),
         "audit/random_wins": float(sum(a.random_wins for a in audits.values())),
+        "audit/hint_leaked": float(sum(a.hint_leaked for a in audits.values())),
         "env/retired_broken": float(len(broken)),
     }

@@ -47,6 +47,9 @@ class Episode:
     found the answer in the hint; `leak_check` "" (not run), "clean", "leaked" or "failed" (unknown, treated
     as not leaked). `violation` is '' or how the environment broke its contract during the episode (a reward
     out of range); the episode then ends with `end_reason="violation"`.
+    `reset_obs` and `trace` are what the environment saw and said, for the audit that replays the play
+    (gates/audit.py): reset's observation, then per step (action sent, observation, reward, terminated,
+    truncated, seconds between the previous answer and this call).
     """
 
     spec: EpisodeSpec
@@ -72,6 +75,8 @@ class Episode:
     hint_leaked: bool = False
     leak_check: str = ""
     violation: str = ""
+    reset_obs: str = ""
+    trace: list[tuple] = field(default_factory=list)
 
     @property
     def condition(self) -> str:

@@ -30,11 +30,13 @@ apart from its text, a template without tool support (SmolLM2's ChatML) and "tex
 Hints: a hinted episode gets its spec's fixed hint (model-written) or, with `env_hint`, the environment's own
 `hint()` (the fixed hint is the fallback). When neither gives a non-empty str, the hinted episode is
 DISCARDED before its first turn (`error="hint_failed"`, `hint_failed=True`, counted): a "hinted" play without
-a hint is never measured. With `RolloutConfig.check_hint_leaks` the worker is asked after reset whether the
-hint contains the answer (`EnvSession.leaks`, run inside the sandbox); a leak marks the episode
-`hint_leaked=True`, and a failed check (timeout, crash, malformed reply) marks it `leak_check="failed"` and
-counts as not leaked; after a failed call the episode is reopened and reset with the same seed (the worker
-may have killed it), and plays on.
+a hint is never measured. With `RolloutConfig.check_hint_leaks` the sandbox is asked whether the hint contains
+the answer (`EnvSession.leaks`); a leak marks the episode `hint_leaked=True`, a failed check (timeout, crash,
+malformed reply) marks it `leak_check="failed"` and counts as not leaked. The environment's `hint()` and the
+leak check run in a session of their own (reset with the episode's seed, then closed) before the play's
+session opens, so nothing they run inside the environment's process can mark the played session as hinted:
+every played session sees reset and step only. Each episode keeps what the environment saw and answered, with
+the time before each step (`Episode.trace`), for the audit that replays it (gates/audit.py).
 
 Failure handling: an exception in the loop (the policy's, an interrupt) cancels the policy's pending requests,
 waits for the dispatched environment work and closes every session before it propagates. A reply in the
@@ -57,8 +59,7 @@ from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from spade_jax.config.selfplay import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
 from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
-from spade_jax.envs.outcome import episode_outcome
-from spade_jax.gates.audit import reward_violation
+from spade_jax.envs.outcome import episode_outcome, reward_problem
 from spade_jax.interfaces import CallOutcome, EnvPool, EnvSessionLike, TokenizerLike
 from spade_jax.selfplay.episodes import HINT, NO_HINT, Episode, EpisodeSpec, RolloutResult
 from spade_jax.selfplay.hints import inject_hint
@@ -97,6 +98,8 @@ class _Live:
         self.session: EnvSessionLike | None = None
         self.info: dict = {}
         self.consecutive_format_errors = 0
+        self.answered_at = 0.0  # when the environment last answered (its reset or step)
+        self.sent: tuple[str, float] = ("", 0.0)  # the last action and the seconds before it
 
     @property
     def total_tokens(self) -> int:
@@ -219,7 +222,7 @@ class RolloutEngine:
                         done.append(lv)
                     else:
                         action = self._action(lv, reply.text)
-                        stepping.append((lv, reply, self._executor.submit(lv.session.step, action)))
+                        stepping.append((lv, reply, self._executor.submit(self._step, lv, action)))
                 ready, over = self._collect(starting, stepping, result)
                 starting, stepping, done = [], [], done + over
                 requests = self._next_turns(sorted(ready, key=lambda lv: lv.index), done, result)
@@ -286,18 +289,20 @@ class RolloutEngine:
                 self._closing.append(self._executor.submit(self._close, lv.session))
                 lv.session = None
 
+    def _step(self, lv: _Live, action: str) -> CallOutcome:
+        """One env step, timed for the audit's replay (the seconds since the environment last answered)."""
+        lv.sent = (action, time.monotonic() - lv.answered_at)
+        result = lv.session.step(action)
+        lv.answered_at = time.monotonic()
+        return result
+
     def _start(self, lv: _Live) -> bool:
         spec, ep = lv.spec, lv.ep
+        if spec.condition == HINT and not self._probe_hint(lv):  # hint and leak check: a session of their own
+            return False
         obs = self._open_and_reset(lv)
         if obs is None:
             return False
-        if spec.condition == HINT:
-            ep.hint, ep.hint_source = self._fetch_hint(lv)
-            if ep.hint is None:
-                ep.hint_failed = True
-                return self._discard(lv, "hint_failed", "the hinted play has no usable hint (regret not measured)")
-            if self.config.check_hint_leaks and self._check_leak(lv) is None:
-                return False
         native = self._native_task(lv) if spec.kind == "tool" and self.native_tools else None
         if native is not None:  # the template shows the schemas (`tools=`); the user message is the task
             obs, ep.tools = native
@@ -337,6 +342,7 @@ class RolloutEngine:
         if load is not None and not getattr(load, "ok", True):
             return self._discard(lv, getattr(load, "error", None) or "load_error", getattr(load, "message", "")) or None
         res = lv.session.reset(spec.seed)
+        lv.answered_at = time.monotonic()
         if not res.ok:
             return self._discard(lv, res.error or "exception", res.message) or None
         try:
@@ -346,40 +352,47 @@ class RolloutEngine:
         if not isinstance(obs, str):
             return self._discard(lv, "bad_return", "reset() observation is not a str") or None
         lv.info = info if isinstance(info, dict) else {}
+        lv.ep.reset_obs = obs
         return obs
 
-    def _fetch_hint(self, lv: _Live) -> tuple[str | None, str]:
-        """(hint, source) of a hinted episode: the env's own `hint()` when asked for and usable (a non-empty
-        str), else the spec's fixed hint; (None, "") when neither is usable."""
-        if lv.spec.env_hint:
-            h = lv.session.hint()
-            if h.ok and isinstance(h.value, str) and h.value.strip():
-                return h.value.strip(), "env"
-        fixed = lv.spec.hint
-        if isinstance(fixed, str) and fixed.strip():
-            return fixed.strip(), "spec"
-        return None, ""
-
-    def _check_leak(self, lv: _Live) -> bool | None:
-        """Asks the sandbox whether the hint contains the answer; sets `hint_leaked` / `leak_check`.
-
-        Any failure is "unknown" (`leak_check="failed"`, not leaked). After a failed call the session is
-        reopened and reset with the same seed (the worker may have killed it; the episode is deterministic);
-        None when even that fails (the episode is then discarded)."""
-        ep = lv.ep
-        leaks = getattr(lv.session, "leaks", None)
-        res = leaks(ep.hint) if callable(leaks) else None
-        value = res.value if res is not None and res.ok else None
-        if isinstance(value, dict) and isinstance(value.get("leaked"), bool):
-            ep.hint_leaked = value["leaked"]
-            ep.leak_check = "leaked" if ep.hint_leaked else "clean"
-            return ep.hint_leaked
-        ep.leak_check = "failed"
-        if res is not None and not res.ok:  # the worker may have killed the episode process: replay it
-            self._close(lv)
-            if self._open_and_reset(lv) is None:
-                return None
-        return False
+    def _probe_hint(self, lv: _Live) -> bool | None:
+        """The hinted episode's hint and its leak check, in a session of its own (reset with the episode's seed,
+        then the env's `hint()` when asked for, then `leaks`), closed before the play's session opens: whatever
+        these run inside the environment's process cannot mark the played session as hinted (it sees reset and
+        step only, as every other). Sets `hint` / `hint_source` (the env's own when asked for and usable, else
+        the spec's fixed hint), `hint_leaked` / `leak_check` (a failed check is "failed": unknown, not leaked).
+        True when the episode can be played; None (discarded) when it has no usable hint."""
+        ep, spec = lv.ep, lv.spec
+        probe = None
+        try:
+            probe = self.pool.open(spec.source, env_kwargs={"max_turns": self.config.max_turns})
+            loaded = getattr(getattr(probe, "load_result", None), "ok", True)
+            reset = probe.reset(spec.seed) if loaded else None
+            ready = reset is not None and reset.ok
+            if spec.env_hint and ready:
+                h = probe.hint()
+                if h.ok and isinstance(h.value, str) and h.value.strip():
+                    ep.hint, ep.hint_source = h.value.strip(), "env"
+            if ep.hint is None and isinstance(spec.hint, str) and spec.hint.strip():
+                ep.hint, ep.hint_source = spec.hint.strip(), "spec"
+            if ep.hint is None:
+                ep.hint_failed = True
+                return self._discard(lv, "hint_failed", "the hinted play has no usable hint (regret not measured)")
+            if self.config.check_hint_leaks:
+                leaks = getattr(probe, "leaks", None)
+                res = leaks(ep.hint) if ready and callable(leaks) else None
+                value = res.value if res is not None and res.ok else None
+                if isinstance(value, dict) and isinstance(value.get("leaked"), bool):
+                    ep.hint_leaked = value["leaked"]
+                    ep.leak_check = "leaked" if ep.hint_leaked else "clean"
+                else:
+                    ep.leak_check = "failed"
+            return True
+        except Exception as e:  # the pool reports failures as results; this is a last line of defence
+            return self._discard(lv, "load_error", f"hint probe failed: {e}") or None
+        finally:
+            if probe is not None:
+                self._close(probe)
 
     def _record_reply(self, lv: _Live, reply: TurnReply) -> None:
         ep = lv.ep
@@ -415,13 +428,15 @@ class RolloutEngine:
             return False
         try:
             obs, reward, terminated, truncated, info = res.value
-            problem = reward_violation(reward)
+            problem = reward_problem(reward)
             reward = float(reward)
         except (TypeError, ValueError, OverflowError):  # the pool checks the shape; a stand-in pool may not
             result.failures["bad_return"] += 1
             self._discard(lv, "bad_return", "step() did not return a 5-tuple")
             return False
+        ep.trace.append((lv.sent[0], obs, reward, bool(terminated), bool(truncated), lv.sent[1]))
         if problem:
+            problem = f"a step {problem}"
             ep.violation = problem
             self._finish(lv, "violation")
             return False
