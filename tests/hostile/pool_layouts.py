@@ -26,7 +26,7 @@ import json
 import os
 from pathlib import Path
 
-HONEST = '''from spade_jax.envs.base import GameEnv
+HONEST = """from spade_jax.envs.base import GameEnv
 
 
 class CoinEnv(GameEnv):
@@ -40,7 +40,7 @@ class CoinEnv(GameEnv):
 
     def play(self, command):
         return self.win() if command == self.secret else self.lose()
-'''
+"""
 ESC = "\x1b]0;owned\x07\x1b[2J\x1b[31m"  # set the terminal title, clear the screen, red
 
 
@@ -59,8 +59,14 @@ def _write_release(root: Path, games: dict[str, bytes], listed: list[str] | None
             f.write(f"{hashlib.sha256(games[name]).hexdigest()}  games/{name}\n")
 
 
-def build(kind: str, root: str | Path, *, outside: str | Path | None = None, outside_dir: str | Path | None = None,
-          huge_mb: int = 600) -> Path:
+def build(
+    kind: str,
+    root: str | Path,
+    *,
+    outside: str | Path | None = None,
+    outside_dir: str | Path | None = None,
+    huge_mb: int = 600,
+) -> Path:
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     honest = {"game_00000_000_logical_deduction.py": HONEST.encode()}
@@ -103,5 +109,14 @@ def build(kind: str, root: str | Path, *, outside: str | Path | None = None, out
     return root
 
 
-KINDS = ("symlink_file", "symlink_dir", "fifo", "dev_zero", "huge", "unlisted", "escape_name", "escape_checksum",
-         "surrogate_name")
+KINDS = (
+    "symlink_file",
+    "symlink_dir",
+    "fifo",
+    "dev_zero",
+    "huge",
+    "unlisted",
+    "escape_name",
+    "escape_checksum",
+    "surrogate_name",
+)
