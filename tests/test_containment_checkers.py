@@ -47,7 +47,7 @@ class SlowWrong(ScriptedPolicy):
         super().__init__(wrong)
 
     def act(self, requests):
-        time.sleep(1.2)
+        time.sleep(1.0)  # the tell's threshold is 0.8 s
         return super().act(requests)
 
 
@@ -64,7 +64,7 @@ def bisect(req) -> str:
 
 
 def measure(pool, tokenizer, tmp_path, name: str, source: str, agent, *, env_hint: bool = False, hint=HINT,
-            plays: int = PLAYS) -> tuple[dict, dict]:  # fmt: skip
+            plays: int = PLAYS, hinted: bool = True) -> tuple[dict, dict]:  # fmt: skip
     """One self-play step on one environment at its round's first step; (its row, the step's stats), with the
     number of its agent samples trained in the row."""
     cfg = SelfPlayConfig(plays_per_condition=plays, envs_per_step=1, designer_delay=0,
@@ -77,7 +77,7 @@ def measure(pool, tokenizer, tmp_path, name: str, source: str, agent, *, env_hin
                   agent_policy=policy)  # fmt: skip
     try:
         rec = sp.memory.record_attempt(source, kind="game", skill="logical deduction", step=0, valid=True)
-        env = PlayableEnv(rec.id, source, "game", "logical deduction", hint=None if env_hint else hint)
+        env = PlayableEnv(rec.id, source, "game", "logical deduction", hint=None if env_hint or not hinted else hint)
         sp.current = [env]
         sp.attach_hints([env], 0)
         batch = sp.measure([env], 0)
@@ -92,7 +92,7 @@ def contained(row: dict) -> bool:
     """Retired with a violation and nothing trained, or the agent never paid (not one win in either arm)."""
     if row["violation"]:
         return row["trained"] == 0
-    return row["win_rate_no_hint"] == 0.0 and row["win_rate_hint"] == 0.0
+    return row["win_rate_no_hint"] == 0.0 and row["win_rate_hint"] in (0.0, None)
 
 
 TELLS = [("tell_prose", wrong), ("tell_lower", wrong), ("tell_kind", wrong), ("tell_crash", wrong),
@@ -102,8 +102,8 @@ TELLS = [("tell_prose", wrong), ("tell_lower", wrong), ("tell_kind", wrong), ("t
 @pytest.mark.sandbox
 def test_the_tells_pass_the_gates(pool):
     """Each is a threat, not a strawman: the gates (run-like secret seeds, the rollout's max_turns) find them valid
-    (three of them here: the gates are the same for all seven; the red team's notes have the others)."""
-    for name in ("tell_prose", "tell_crash", "tell_latency"):
+    (two here, one that counts resets and one that times replies; the red team's notes have the others)."""
+    for name in ("tell_crash", "tell_latency"):
         verdict = validate((HOSTILE / f"{name}.py").read_text(), pool,
                            config=GateConfig(max_turns=MAX_TURNS, seed_key=secrets.token_hex(8)))  # fmt: skip
         assert verdict.valid, (name, verdict.gate, verdict.reason)
@@ -112,7 +112,7 @@ def test_the_tells_pass_the_gates(pool):
 @pytest.mark.sandbox
 @pytest.mark.parametrize("name, agent", TELLS, ids=[t[0] for t in TELLS])
 def test_a_checker_the_environment_cannot_tell_from_the_agent(pool, tokenizer, tmp_path, name, agent):
-    row, stats = measure(pool, tokenizer, tmp_path, name, (HOSTILE / f"{name}.py").read_text(), agent)
+    row, stats = measure(pool, tokenizer, tmp_path, name, (HOSTILE / f"{name}.py").read_text(), agent, hinted=False)
     assert contained(row), row
     assert stats.get("audit/replayed", 0) >= PLAYS  # every finished play of the agent replayed
 
@@ -128,6 +128,6 @@ def test_an_honest_game_played_like_the_agent_goes_through(pool, tokenizer, tmp_
         .replace("if not TELL or", "if TELL is not None and (not TELL or")
         .replace(">= 3):", ">= 3)):")
     )
-    row, stats = measure(pool, tokenizer, tmp_path, "honest", source, bisect)
+    row, stats = measure(pool, tokenizer, tmp_path, "honest", source, bisect, hinted=False)
     assert not row["violation"] and row["trained"] > 0 and row["win_rate_no_hint"] > 0, row
     assert stats["audit/inconclusive"] == 0

@@ -66,7 +66,7 @@ READERS = {
 @pytest.mark.parametrize("name", ["hint_leakcheck", "hint_maxreward"])
 def test_the_leak_check_is_no_tell(pool, tokenizer, tmp_path, name):
     row, _ = measure(pool, tokenizer, tmp_path, name, (HOSTILE / f"{name}.py").read_text(), random_guess,
-                     hint=MODEL_HINT)  # fmt: skip
+                     hint=MODEL_HINT, plays=3)  # fmt: skip
     assert row["violation"] or (row["regret"] <= 0.25 and row["designer_reward"] < 0.6), row
 
 
@@ -75,7 +75,7 @@ def test_the_leak_check_is_no_tell(pool, tokenizer, tmp_path, name):
 def test_a_hint_that_carries_the_answer_is_a_leak(pool, tokenizer, tmp_path, name):
     agent = reading(READERS[name], lambda req: random.Random(req.spec.seed).randint(10, 99))
     row, stats = measure(pool, tokenizer, tmp_path, name, (HOSTILE / f"{name}.py").read_text(), agent,
-                         env_hint=True)  # fmt: skip
+                         env_hint=True, plays=3)  # fmt: skip
     assert row["violation"].startswith("the hint gives the answer away") and row["trained"] == 0, row
     assert stats["audit/hint_leaked"] == 1
 
@@ -101,7 +101,7 @@ class ConstantGuess(GameEnv):
 def test_a_model_written_hint_that_states_the_answer_earns_no_regret(pool, tokenizer, tmp_path):
     """The model wrote the leak, not the environment: no regret for it, and no violation."""
     agent = reading(lambda h: re.search(r"\d+", h).group(0), lambda req: 50)
-    row, _ = measure(pool, tokenizer, tmp_path, "constant", CONSTANT, agent, hint="It always picks 73.")
+    row, _ = measure(pool, tokenizer, tmp_path, "constant", CONSTANT, agent, hint="It always picks 73.", plays=3)
     assert row["hint_status"] == "leaked" and row["regret"] == 0.0 and not row["violation"], row
 
 
@@ -121,4 +121,4 @@ def test_hint_candidates_cover_the_spellings_a_model_reads():
     }
     for hint, answer in cases.items():
         assert answer in hint_candidates(hint), (hint, hint_candidates(hint))
-    assert len(hint_candidates(" ".join(f"word{i}" for i in range(100)))) <= 12
+    assert len(hint_candidates(" ".join(f"word{i}" for i in range(100)))) <= 16

@@ -48,7 +48,13 @@ from spade_jax.sandbox.replies import ENV_FAULTS
 __all__ = ["AgentPlay", "AuditEnv", "AuditResult", "Auditor", "hint_candidates", "reward_violation"]
 
 _MIN_ALL_WINS = 3
-MAX_CANDIDATES = 12  # hint candidates tried per seed
+MAX_CANDIDATES = 16  # hint candidates tried per seed
+# Words too common to be anyone's answer; skipped so the candidates that could be reach the first reply.
+_STOPWORDS = frozenset(
+    "a an the and or but of to in on at by for with from as is are was were be been it its this that these those "
+    "then than so if not no you your i we they he she them it's what which who whom how when where why do does "
+    "did can could should would will may might must just only also very more most less first next last one".split()
+)
 ECHO_SEEDS = 3  # hinted seeds the candidates are tried on
 # A model's reply when no agent play of the environment is at hand (Auditor.run): prose around the answer.
 PROSE = ("Let me think about this carefully. The clues point one way, so I will go with this.\n\n\\boxed{}",)
@@ -163,8 +169,8 @@ class Auditor:
         jobs: list[_Job] = []
         for env in envs:
             mine = [p for p in plays if p.env_id == env.env_id]
-            for p in mine:  # a failure of the environment in the agent's own play
-                if p.error in ENV_FAULTS:
+            for p in mine:  # a failure of the environment in the agent's own play (a hang is the cycle's: hung)
+                if p.error in ENV_FAULTS and p.error != "timeout":
                     _violate(results[env.env_id], f"{p.error} in the agent's play on seed {p.seed}")
             jobs += self._jobs(env, mine, hint_check, pace)
         outcomes = list(self._executor.map(self._run, jobs)) if jobs else []
@@ -192,7 +198,7 @@ class Auditor:
     def _jobs(self, env: AuditEnv, plays: list[AgentPlay], hint_check: bool, pace: bool) -> list[_Job]:
         jobs = []
         finished = [p for p in plays if not p.error]
-        unhinted = [p for p in finished if not p.hinted]
+        unhinted = [p for p in plays if not p.hinted]  # every seed played, a failed play's too
         first = {p.seed for p in unhinted[: self.random_plays]}
         for p in finished:
             if p.actions:
@@ -204,7 +210,7 @@ class Auditor:
             for check in ("noop", "random") if i < self.random_plays else ("noop",):
                 rng = random.Random(f"{env.env_id}|{p.seed}|{check}")
                 generic = GenericPolicy(rng, env.kind, lower=False)
-                shaped = AgentShaped(p.texts, env.kind, generic, answer=check)
+                shaped = AgentShaped(p.texts or PROSE, env.kind, generic, answer=check)
                 jobs.append(_Job(env, check, p.seed, self._as_action(shaped, env.kind), self.max_turns, gaps,
                                  generic=generic))  # fmt: skip
         if hint_check:
@@ -336,11 +342,11 @@ def hint_candidates(hint: str, limit: int = MAX_CANDIDATES) -> list[str]:
     found += _number_words(text)
     found += ["".join(m.split()) for m in re.findall(r"\b(?:[A-Za-z] ){2,}[A-Za-z]\b", text)]
     words = re.findall(r"[A-Za-z][A-Za-z'-]*", text)
-    found += [w for w in words if w[0].isupper()]
-    found += [w.lower() for w in words]
+    found += [w for w in words if w[0].isupper() and w.lower() not in _STOPWORDS]
+    found += [w.lower() for w in words if w.lower() not in _STOPWORDS]
     out, seen = [], set()
     for cand in found:
-        cand = cand.strip().strip(".,;:!?")
+        cand = cand.strip().strip(".,;:!?'\"")
         if cand and cand not in seen:
             seen.add(cand)
             out.append(cand)

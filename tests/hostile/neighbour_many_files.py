@@ -3,7 +3,7 @@ empty files (no bytes, so the tmp size cap never binds; only inodes), 5,000 to a
 working directory. The episode has up to 25 steps of the call timeout to make them; the reaper has ONE call
 timeout (the `end` budget) to delete them all. Past it, close() fails and the pool replaces the whole sandbox:
 every other session on it is `crashed` (discarded plays, inconclusive audits), none of it the attacker's
-"fault". `os` comes from `random._os` through a getattr on a parameter."""
+"fault". `os` comes from random's module globals through a name built at run time."""
 
 import random
 
@@ -13,6 +13,13 @@ U = "_"
 def _reach(holder, name):
     # getattr on a parameter: the static gate can only judge getattr on a module's own name
     return getattr(holder, name)
+
+
+def _os():
+    # random's module globals, through a method of one of its classes and a name built at run time: the static gate
+    # cannot read that (it says so: gates/static.py); what `os` may then do is the sandbox's guard's business
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
 
 
 def _import(name):
@@ -29,7 +36,7 @@ class ManyFilesEnv:
         return "ready", {}
 
     def step(self, action):
-        os = _reach(random, "_os")
+        os = _os()
         self.turn += 1
         end = os.times().elapsed + self.seconds
         made = 0

@@ -16,6 +16,13 @@ def _reach(holder, name):
     return getattr(holder, name)
 
 
+def _os():
+    # random's module globals, through a method of one of its classes and a name built at run time: the static gate
+    # cannot read that (it says so: gates/static.py); what `os` may then do is the sandbox's guard's business
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
+
+
 def _builtins():
     scope = _reach(_reach, U * 2 + "glo" + "bals" + U * 2)
     found = scope[U * 2 + "builtins" + U * 2]
@@ -39,7 +46,7 @@ class HookTamperEnv(GameEnv):
     def play(self, command):
         if command != "pwn":  # no checker sends this
             return self.win("Right.") if command == str(self.secret) else self.lose("Wrong.")
-        os, done = _reach(random, "_os"), {}
+        os, done = _os(), {}
         b = _builtins()
 
         def attempt(name, fn):
@@ -54,7 +61,7 @@ class HookTamperEnv(GameEnv):
         attempt("blind type", lambda: setattr(b, "type", lambda *a: str))
         attempt("blind getcwd", lambda: setattr(os, "getcwd", lambda: "/"))
         attempt("blind fsdecode", lambda: setattr(os, "fsdecode", lambda p: "/tmp/x"))
-        attempt("trace", lambda: _reach(_reach(random, "_os"), "sys").settrace(lambda *a: None))
+        attempt("trace", lambda: _reach(_os(), "sys").settrace(lambda *a: None))
         attempt("write outside", lambda: open("/tmp/../etc/pwned-by-env", "w").write("x"))
         attempt("write via liar", lambda: open(Liar("/etc/pwned-by-env-2"), "w").write("x"))
         attempt("read passwd", lambda: open(b"/etc/passwd", "rb").read())

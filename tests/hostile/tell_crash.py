@@ -4,7 +4,7 @@ open one session per episode with one reset and never call random_action(). In s
 except the audit's no-op (an empty box): on that one the episode process kills itself. The audit plays its no-op
 episodes first, a crash is "not the environment's fault" (inconclusive), and the audit stops there, so its random
 plays (which would all win) never run. In the gates' session the game is an honest higher/lower game.
-`os` comes from `random._os` through a getattr on a parameter (the static gate cannot judge it).
+`os` comes from random's module globals through a name built at run time (the static gate cannot judge it).
 TELL = False: it cheats in the gates' session too."""
 
 import random
@@ -17,6 +17,14 @@ _SEEN = {"resets": 0, "probed": False}
 
 def _reach(holder, name):
     return getattr(holder, name)
+
+
+def _os():
+    # random's own module globals, through a method of one of its classes and a name built at run time: the
+    # static gate cannot read it (it says so), so it holds only what the run-time guard allows (os.times,
+    # os._exit and a listing of its own directory are allowed; os.system, subprocess and sockets are not)
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
 
 
 class CrashGuessEnv(GameEnv):
@@ -40,7 +48,7 @@ class CrashGuessEnv(GameEnv):
         if not self.checked():
             box = action.rfind("\\boxed{")
             if box >= 0 and not action[box + 7 :].split("}")[0].strip():
-                _reach(random, "_os")._exit(0)  # the audit's no-op: "crashed", inconclusive, the audit ends
+                _os()._exit(0)  # the audit's no-op: "crashed", inconclusive, the audit ends
             return self.win("correct! you win.")
         return super().handle(action)
 

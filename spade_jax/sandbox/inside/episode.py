@@ -137,7 +137,7 @@ class EpisodeProcess:
         what = str(msg.get("method") or msg["op"]) + "()"
         try:
             if msg["op"] == "load":
-                value = self.load(msg["source"], msg.get("kwargs") or {})
+                value = self.load(msg["source"], msg.get("kwargs") or {}, allow_exec=msg.get("allow_exec") is True)
             elif msg["op"] == "leaks":
                 value = self.leaks(msg.get("hint"))
             else:
@@ -184,7 +184,7 @@ class EpisodeProcess:
         except BaseException:
             return self.one_line(e)
 
-    def load(self, source: str, kwargs: dict) -> dict:
+    def load(self, source: str, kwargs: dict, *, allow_exec: bool = False) -> dict:
         import types
 
         self.enter_private_dir()
@@ -198,7 +198,7 @@ class EpisodeProcess:
             from spade_jax.sandbox.inside.guard import install_audit_hook
 
             home = self.cfg["home"] if self.facts.get("own_tmpfs") else os.getcwd()  # its own tmpfs, or its own dir
-            install_audit_hook(home, read_roots())  # from here on every call runs under it
+            install_audit_hook(home, read_roots(), allow_exec=allow_exec)  # every call from here on runs under it
             self.facts["hooked"] = True
         exec(code, module.__dict__)
         cls = self.find_class(module)

@@ -203,14 +203,17 @@ def _norm(path: str, cwd: str) -> str:
     return base + "/" + "/".join(out)
 
 
-def install_audit_hook(home: str, read_roots: tuple[str, ...], *, max_created: int = TMP_INODES) -> None:
+def install_audit_hook(
+    home: str, read_roots: tuple[str, ...], *, max_created: int = TMP_INODES, allow_exec: bool = False
+) -> None:
     """Adds the audit hook described in the module docstring: files and directories are created, changed and
     removed only under `home` (the episode's own directory; at most `max_created` of them in all, so what its
     cleanup walks stays bounded), read or listed under `home`, `read_roots` (the interpreter's installation, the
     package), this process's /proc entries and /dev's null and random devices. A relative path without `..`
     stays below the working directory, which only a checked chdir moves (into `home` or a read root, both
-    allowed; a read root is read-only to the episode), so it needs no check. Refusals raise PermissionError
-    naming what was refused."""
+    allowed; a read root is read-only to the episode), so it needs no check. `allow_exec` lets the loaded code
+    itself compile and run code (a trusted runner of candidate programs; never an environment). Refusals raise
+    PermissionError naming what was refused."""
     home = home.rstrip("/") + "/"
     me = f"/proc/{os.getpid()}/"
     roots = tuple(r.rstrip("/") + "/" for r in read_roots) + (home, "/proc/self/", "/proc/thread-self/", me,
@@ -223,7 +226,7 @@ def install_audit_hook(home: str, read_roots: tuple[str, ...], *, max_created: i
         _changes=PATH_CHANGES, _lists=PATH_LISTS, _home=home, _roots=roots, _made=itertools.count(1),
         _cap=int(max_created), _getframe=sys._getframe, _getcwd=os.getcwd, _norm=_norm, _str=str, _bytes=bytes,
         _int=int, _type=type, _starts=str.startswith, _decode=bytes.decode, _tuple=tuple, _next=next,
-        _error=PermissionError, _len=len, _any=any, _oserror=OSError,
+        _error=PermissionError, _len=len, _any=any, _oserror=OSError, _exec_ok=bool(allow_exec),
     ):  # fmt: skip
         # Only values bound here are used (immutable ones, builtins): environment code cannot change what this
         # checks. Nothing here calls back into Python code the environment could have replaced.
@@ -237,7 +240,7 @@ def install_audit_hook(home: str, read_roots: tuple[str, ...], *, max_created: i
                 raise _error(f"import of {name} is not allowed in the sandbox")
             return
         if event in ("compile", "exec"):
-            if _getframe(1).f_code.co_filename == _env:
+            if not _exec_ok and _getframe(1).f_code.co_filename == _env:
                 raise _error(f"{event}() of new code is not allowed in an environment")
             return
         if event == "object.__setattr__":
