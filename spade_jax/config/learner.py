@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
+__all__ = ["LOSS_AGGS", "REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
 
 SCHEDULES = ("constant", "cosine", "linear")
 REMAT_POLICY_NAMES = ("nothing", "dots")  # rl/learner.py maps them to jax.checkpoint policies
 ROLE_NORMS = ("none", "std")  # per-role scaling of the group advantages (rl/advantages.py)
+# How per-token losses become the step's loss: "token_mean" = one mean over every trained token of the batch;
+# "sample_mean_fixed" = each sample's (or episode's) token mean, summed, divided by the fixed global batch
+# (loop.global_batch), zero-advantage samples counted in it (the reference's slime loss).
+LOSS_AGGS = ("token_mean", "sample_mean_fixed")
 
 
 def length_buckets_for(max_len: int, smallest: int = 128) -> tuple[int, ...]:
@@ -51,6 +55,12 @@ class LearnerConfig:
     # `freeze_reference()` was last called (the loop's warm start does, so it is the policy RL starts from).
     # The reference params (one more copy of the params) are kept only when kl_coef > 0.
     kl_coef: float = 0.0
+    kl_clip: float = 0.0  # the k3 term capped at this value (0: no cap; the reference's low_var_kl: 10)
+    loss_agg: str = "token_mean"
+    # The importance weight's sampler log-probs: 0 = the raw model's at the sampled token (ours: corrects numerics
+    # and staleness only); T > 0 = log softmax(logits / T) at the token, unfiltered (the reference's SGLang
+    # log-probs at its sampling temperature, 0.6), against the learner's at temperature 1.
+    tis_temperature: float = 0.0
     entropy_coef: float = 0.0
     compute_entropy: bool = True  # entropy metric (costs one extra pass over the logits)
     donate: bool = True
@@ -60,8 +70,11 @@ class LearnerConfig:
         self._check_ranges()
         if any(int(b) < 1 for b in self.length_buckets):
             raise ValueError(f"length_buckets={self.length_buckets!r}: every bucket must be positive")
-        if self.kl_coef < 0:
-            raise ValueError(f"kl_coef={self.kl_coef} must be >= 0")
+        if self.kl_coef < 0 or self.kl_clip < 0 or self.tis_temperature < 0:
+            raise ValueError(f"kl_coef={self.kl_coef}, kl_clip={self.kl_clip}, tis_temperature={self.tis_temperature}"
+                             " must be >= 0")  # fmt: skip
+        if self.loss_agg not in LOSS_AGGS:
+            raise ValueError(f"loss_agg={self.loss_agg!r}; expected one of {LOSS_AGGS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}; expected one of {SCHEDULES}")
         if self.remat_policy not in REMAT_POLICY_NAMES:

@@ -1,8 +1,9 @@
 """The SPADE cycle: design -> gate -> hint -> play (K hinted, K not) -> regret -> learn -> checkpoint.
 
 `run(cfg, run_dir)` is the whole job. Each step: the self-play half (`SelfPlay.step`, or a fixed environment
-pool for baselines) returns both roles' samples; group-centred advantages turn rewards into a `TrainBatch`;
-one learner step updates the shared policy in place and the sampler reads the same arrays next step. The run
+pool for baselines) returns both roles' samples in one `SelfPlayBatch`; the learner half (run/learn.py) turns
+them into advantages and the update's batch (`loop.batch_policy`, `learner.loss_agg`); one learner step
+updates the shared policy in place and the sampler reads the same arrays next step. The run
 checkpoints everything (params, optimizer, RNGs, corpus position, memory snapshot) so `resume=True`
 continues exactly where the last finished checkpoint left off. A damaged run directory resumes or stops with
 one line: the newest checkpoint that restores is used, a damaged memory file is rebuilt from the copy in the
@@ -27,7 +28,7 @@ from spade_jax.infra.compile_time import compile_seconds
 from spade_jax.infra.hosts import Hosts
 from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
-from spade_jax.run.learn import band_stats, train_on
+from spade_jax.run.learn import BatchRule, band_stats, train_on
 from spade_jax.run.parts import Parts, build
 from spade_jax.run.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run.warmstart import warm_start
@@ -143,30 +144,46 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: 
     start, record = 0, {}
     if resume and ckpt.all_steps():
         with progress.phase("restoring checkpoint"):
-            start, record = restore(parts, ckpt)
+            start, record = restore(ckpt, learner=parts.learner, selfplay=parts.selfplay, sync=parts.sync_sampler,
+                                    run_dir=parts.run_dir, leader=parts.hosts.is_leader)  # fmt: skip
     metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()),
                             write=parts.hosts.is_leader)  # fmt: skip
     summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
     try:
         if cfg.loop.warmstart and ckpt.latest_step() is None:
             with progress.phase("warm start on the seed library"):
-                figures = warm_start(parts, cfg.warmstart, progress=progress)
+                figures = warm_start(cfg.warmstart, selfplay=parts.selfplay, learner=parts.learner,
+                                     sync=parts.sync_sampler, held_out=cfg.loop.held_out, run_seed=cfg.loop.seed,
+                                     max_len=cfg.max_total_len, progress=progress)  # fmt: skip
             metrics.log(0, figures)
             summary.update(figures)
             push()
-            save_checkpoint(parts, ckpt, 0, metrics)
+            _save(parts, ckpt, 0, metrics)
         progress.start(start)
         for step in range(start, cfg.loop.steps):
             row = _step(parts, step, progress)
             metrics.log(step + 1, row)
             if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
                 push()
-                save_checkpoint(parts, ckpt, step + 1, metrics)
+                _save(parts, ckpt, step + 1, metrics)
             progress.advance(row)
         ckpt.wait()
     finally:
         metrics.close()
     return summary
+
+
+def _learn(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
+    """The learner half of a step (run/learn.py) with the run's batch rule, row lengths and pad token."""
+    cfg = parts.cfg
+    buckets = cfg.learner.length_buckets_for(cfg.max_total_len)
+    pad_id = getattr(parts.tokenizer, "pad_id", None) or 0
+    return train_on(batch, parts.learner, BatchRule.of(cfg), buckets=buckets, pad_id=pad_id, sync=parts.sync_sampler)
+
+
+def _save(parts: Parts, ckpt: Checkpointer, step: int, metrics: MetricsLogger) -> None:
+    cfg = parts.cfg.to_json()
+    save_checkpoint(ckpt, step, metrics, learner=parts.learner, selfplay=parts.selfplay, config_json=cfg)
 
 
 def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
@@ -185,7 +202,7 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     row["time/selfplay"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     with progress.phase(f"step {step + 1}: learner"):
-        row.update(train_on(parts, batch))
+        row.update(_learn(parts, batch))
     row["time/learner"] = time.perf_counter() - t1
     if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
         t2 = time.perf_counter()
