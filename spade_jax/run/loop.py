@@ -33,7 +33,7 @@ from spade_jax.run.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run.warmstart import warm_start
 from spade_jax.rundir.checkpoints import Checkpointer
 from spade_jax.rundir.metrics import MetricsLogger
-from spade_jax.rundir.paths import RunDir, open_run_dir
+from spade_jax.rundir.paths import RunDir, RunDirError, check_run_dir, open_run_dir
 from spade_jax.selfplay.batch import SelfPlayBatch
 
 __all__ = ["Parts", "build", "evaluate", "play_step", "run"]
@@ -69,19 +69,22 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     from spade_jax.run.progress import StepProgress
 
     hosts = Hosts.current()
+    if not isinstance(run_dir, RunDir):  # every refusal before anything is written (a file, --resume of nothing)
+        check_run_dir(run_dir, resume=resume)
     rd = open_run_dir(run_dir, host=hosts.index)
+    ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
+                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
+    if not resume and ckpt.latest_step() is not None:  # Orbax's own listing, before config.json is touched
+        ckpt.close()
+        raise RunDirError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
     saved = rd.path / "config.json"
     if hosts.is_leader:
         if resume and saved.exists() and saved.read_text() != cfg.to_json():
             log.warning("resuming with a config that differs from %s in %s; the new one is used and saved",
                         saved, _changed(saved.read_text(), cfg))  # fmt: skip
         saved.write_text(cfg.to_json())
-    ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
-                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
     progress = StepProgress(cfg.loop.steps, console=console if hosts.is_leader else _quiet())
     try:
-        if not resume and ckpt.latest_step() is not None:
-            raise ValueError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
         if hosts.is_leader:
             repair_memory(rd.path, ckpt, resume)
         with progress.phase("loading model and starting sandbox workers"):

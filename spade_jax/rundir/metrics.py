@@ -50,7 +50,10 @@ class MetricsLogger:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._writer = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=resume_step)
+            # A resume from step N keeps rows 1..N and redoes N+1 on: TensorBoard drops every event at or after
+            # purge_step, so the first step to drop is N + 1 (purge_step=N would drop step N's own row).
+            purge = None if resume_step is None else resume_step + 1
+            self._writer = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": int(step)}
