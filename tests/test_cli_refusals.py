@@ -183,3 +183,17 @@ def test_filling_is_all_or_nothing(tmp_path: Path) -> None:
     with filling(tmp_path / "a" / "b") as tmp:  # a new folder, its parents made
         (tmp / "x").write_text("1")
     assert (tmp_path / "a" / "b" / "x").read_text() == "1"
+
+
+def test_resume_if_exists_resumes_a_run_and_starts_a_new_one(tmp_path: Path) -> None:
+    """What a requeued job runs (launch/slurm.py): the saved config when the run exists, the preset when not."""
+    run = tmp_path / "run"
+    _a_run(run)
+    saved = json.loads((run / "config.json").read_text())
+    saved["learner"]["lr"] = 0.0005
+    (run / "config.json").write_text(json.dumps(saved))
+    for where, lr in ((run, 0.0005), (tmp_path / "new", load_run_config("tiny").learner.lr)):
+        proc = _cli("selfplay", "--preset", "tiny", "--run-dir", str(where), "--resume-if-exists", "--print-config")
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads(proc.stdout)["learner"]["lr"] == lr
+    assert not (tmp_path / "new").exists()

@@ -19,8 +19,8 @@ class FakeDevice:  # only its kind is read: the peak of a TPU or GPU cannot be m
 
 @pytest.mark.parametrize(
     "kind, tflops",
-    [("TPU v5 lite", 197.0), ("TPU v5p", 459.0), ("TPU v6 lite", 918.0), ("TPU v4", 275.0), ("NVIDIA H100 80GB HBM3", 989.0),
-     ("cpu", None)],
+    [("TPU v5 lite", 197.0), ("TPU v5p", 459.0), ("TPU v6 lite", 918.0), ("TPU v4", 275.0),
+     ("NVIDIA H100 80GB HBM3", 989.0), ("cpu", None)],
 )  # fmt: skip
 def test_peak_by_device_kind(kind: str, tflops: float | None, monkeypatch) -> None:
     monkeypatch.delenv("SPADE_JAX_PEAK_TFLOPS", raising=False)

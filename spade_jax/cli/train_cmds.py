@@ -14,6 +14,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="a saved config.json instead of a preset")
     p.add_argument("--run-dir", default=None, help="run directory (default: runs/<preset>)")
     p.add_argument("--resume", action="store_true", help="continue from the last finished checkpoint")
+    p.add_argument(
+        "--resume-if-exists",
+        action="store_true",
+        help="resume when the run directory holds a run, else start one (a requeued or restarted job)",
+    )
     p.add_argument("--corpus", default=None, help="grounding documents: JSONL/Parquet/ArrayRecord path or glob")
     p.add_argument(
         "--print-config",
@@ -46,6 +51,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=_export_hf)
 
 
+def _where(args: argparse.Namespace) -> str:
+    """The run directory (default runs/<preset>); `--resume-if-exists` becomes `--resume` when it holds a run."""
+    where = args.run_dir or f"runs/{args.preset}"
+    if args.resume_if_exists and not args.resume:
+        from spade_jax.rundir.paths import run_exists
+
+        args.resume = run_exists(where)
+    return where
+
+
 def _resolve_config(args: argparse.Namespace, where: str):
     """The run's config: the preset (or --config), or on --resume the run's saved config.json (a resumed run
     keeps the configuration it was started with), then the overrides. Reads, never writes."""
@@ -72,7 +87,7 @@ def _prepare(args: argparse.Namespace):
     from spade_jax.run.preflight import check_inputs, check_run_dir
     from spade_jax.rundir.paths import open_run_dir
 
-    where = args.run_dir or f"runs/{args.preset}"
+    where = _where(args)
     check_run_dir(where, resume=args.resume)
     cfg = _resolve_config(args, where)
     check_inputs(cfg)
@@ -88,9 +103,11 @@ def _prepare(args: argparse.Namespace):
 def _print_config(args: argparse.Namespace) -> int:
     """`--print-config`: the config the command would run with, as JSON on stdout; checked as a run's is (its
     values, and the model, pool and corpus it names), and nothing is written."""
-    from spade_jax.run.preflight import check_inputs
+    from spade_jax.run.preflight import check_inputs, check_run_dir
 
-    where = args.run_dir or f"runs/{args.preset}"
+    where = _where(args)
+    if args.resume:
+        check_run_dir(where, resume=True)
     cfg = _resolve_config(args, where)
     check_inputs(cfg)
     print(cfg.to_json())

@@ -165,6 +165,14 @@ def checkpoint_steps(run_dir: str | os.PathLike) -> list[int]:
     return _finished_steps([p.name for p in folder.iterdir() if p.is_dir()]) if folder.is_dir() else []
 
 
+def run_exists(run_dir: str | os.PathLike) -> bool:
+    """Whether a local or gs:// run directory holds a run to resume (its config.json or a finished checkpoint)."""
+    where = str(run_dir)
+    if is_remote(where):
+        return read_text(f"{where.rstrip('/')}/config.json") is not None or bool(checkpoint_steps(where))
+    return (Path(where) / "config.json").is_file() or bool(checkpoint_steps(where))
+
+
 def check_run_dir(run_dir: str | os.PathLike, *, resume: bool) -> None:
     """Refuses, with one line (RunDirError) and before anything is written, a run directory that cannot be used as
     asked: a path that is a file or lies inside one, a parent folder that cannot be written, `resume` of a folder

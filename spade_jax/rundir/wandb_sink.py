@@ -61,7 +61,8 @@ class WandbSink:
 
         run_dir = Path(run_dir)
         id_file = run_dir / ID_FILE
-        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)  # W&B ids: 8 lower-case letters and digits
+        # W&B run ids: 8 lower-case letters and digits
+        run_id = id_file.read_text().strip() if id_file.is_file() else secrets.token_hex(4)
         id_file.write_text(run_id + "\n")
         self._warned = False
         self.run = wandb.init(
