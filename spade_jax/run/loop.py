@@ -23,6 +23,7 @@ import numpy as np
 
 from spade_jax.config.overrides import changed_keys, to_dict
 from spade_jax.config.run import RunConfig
+from spade_jax.infra import malloc
 from spade_jax.infra.compile_time import compile_seconds
 from spade_jax.infra.hosts import Hosts
 from spade_jax.infra.perf import step_perf
@@ -32,6 +33,7 @@ from spade_jax.run.learn import band_stats, train_on
 from spade_jax.run.parts import Parts, build
 from spade_jax.run.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run.warmstart import warm_start
+from spade_jax.rundir import transcripts
 from spade_jax.rundir.checkpoints import Checkpointer
 from spade_jax.rundir.metrics import MetricsLogger
 from spade_jax.rundir.paths import RunDir, RunDirError, check_run_dir, open_run_dir
@@ -148,6 +150,8 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: 
     if resume and ckpt.all_steps():
         with progress.phase("restoring checkpoint"):
             start, record = restore(parts, ckpt)
+    if parts.hosts.is_leader:
+        transcripts.trim(parts.run_dir, start)  # the steps after the restored one are redone
     wandb = to_dict(cfg.wandb) if "wandb" in cfg.loggers else None
     metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()),
                             write=parts.hosts.is_leader, tensorboard="tensorboard" in cfg.loggers, wandb=wandb,
@@ -157,6 +161,7 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: 
         if cfg.loop.warmstart and ckpt.latest_step() is None:
             with progress.phase("warm start on the seed library"):
                 figures = warm_start(parts, cfg.warmstart, progress=progress)
+            _between_phases(parts)  # the warm start's own optimizer and its sampling are done with
             metrics.log(0, figures)
             summary.update(figures)
             push()
@@ -183,6 +188,8 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     counts = _decode_counts(parts.sampler)
     with progress.phase(f"step {step + 1}: design, hints and play"):
         batch = play_step(parts, step)
+    if parts.hosts.is_leader:  # one hinted and one unhinted play of each environment, for the report
+        transcripts.record(parts.run_dir, parts.tokenizer, step + 1, batch.examples)
     slots, tokens = (now - then for now, then in zip(_decode_counts(parts.sampler), counts))
     if slots:  # the share of the decode work computed that became tokens (this host's sampler)
         row["perf/slot_utilisation"] = tokens / slots
@@ -190,8 +197,10 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
     row["time/selfplay"] = time.perf_counter() - t0
     t1 = time.perf_counter()
+    _between_phases(parts)  # the sampler's KV cache is of no use to the learner: its memory goes back first
     with progress.phase(f"step {step + 1}: learner"):
         row.update(train_on(parts, batch))
+    _between_phases(parts)
     row["time/learner"] = time.perf_counter() - t1
     eval_tokens = 0
     if _evaluates(cfg, step):
@@ -204,6 +213,15 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     row["time/compile"] = compile_seconds() - c0  # inside the phases above: tracing, lowering and XLA
     row.update(step_perf(row, parts.model.cfg.num_params, selfplay_tokens=tokens, eval_tokens=eval_tokens))
     return row
+
+
+def _between_phases(parts: Parts) -> None:
+    """Frees what one phase leaves that the next does not use (the sampler's KV cache and parked rows) and hands
+    the heap's free pages back (infra/malloc.py), so the run's peak is its largest phase, not their sum."""
+    release = getattr(parts.sampler, "release", None)
+    if release is not None:
+        release()
+    malloc.trim()
 
 
 def _evaluates(cfg: RunConfig, step: int) -> bool:

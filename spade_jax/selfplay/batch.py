@@ -26,6 +26,9 @@ class SelfPlayBatch:
     stats: dict[str, float] = field(default_factory=dict)
     envs: list[dict[str, Any]] = field(default_factory=list)
     designer_scale: float = 1.0  # factor on the designer's centred rewards (the reference's env_reward_scale)
+    # One play of each environment in each condition (hinted, unhinted) as the agent saw and wrote it: env_id,
+    # condition, return, won, turns, end, prompt_ids, completion_ids; the report shows them (run/transcripts.py).
+    examples: list[dict[str, Any]] = field(default_factory=list)
 
     def by_role(self, role: str) -> list[Sample]:
         """The samples of one role, by name ("agent", "designer")."""

@@ -20,6 +20,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 from spade_jax import streams
 from spade_jax.config.selfplay import SelfPlayConfig
@@ -308,7 +309,7 @@ class SelfPlay:
         audits = self.audit(envs, step, hinted=step == rnd.start)
         hung, broken = self._record(rnd, result, step, audits)
         self.current = [e for e in self.current if e.env_id not in hung | broken]
-        batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken))
+        batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken), examples=_examples(result))
         closing = [r for r in self.rounds if final or r is adhoc or r.due(step, self.config.designer_delay)]
         self.rounds = [r for r in self.rounds if r not in closing]
         scores: dict[str, RoundScore] = {}
@@ -531,3 +532,17 @@ def _audit_stats(audits: dict[str, AuditResult], broken: set[str]) -> dict[str, 
         "audit/random_wins": float(sum(a.random_wins for a in audits.values())),
         "env/retired_broken": float(len(broken)),
     }
+
+
+def _examples(result: RolloutResult) -> list[dict[str, Any]]:
+    """The first kept play of each environment in each condition, for the report's transcripts."""
+    out, seen = [], set()
+    for ep in result.kept:
+        key = (ep.env_id, ep.condition)
+        if key in seen or not ep.completion_ids:
+            continue
+        seen.add(key)
+        out.append({"env_id": ep.env_id, "condition": ep.condition, "return": float(ep.episode_return),
+                    "won": bool(ep.won), "turns": ep.turns, "end": ep.end_reason,
+                    "prompt_ids": list(ep.prompt_ids), "completion_ids": list(ep.completion_ids)})  # fmt: skip
+    return out
