@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s",
-            "rollout/host_wall_s")  # fmt: skip
+VOLATILE = ("time/", "perf/", "mem/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share",
+            "rollout/episodes_per_s", "rollout/host_wall_s")  # fmt: skip
 
 
 def pool_overrides(pool_dir: Path) -> list[str]:

@@ -22,7 +22,15 @@ from pathlib import Path
 import pytest
 from players import COIN_ENV
 
-VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s")
+VOLATILE = (
+    "time/",
+    "perf/",
+    "mem/",
+    "rollout/wall_s",
+    "rollout/policy_share",
+    "rollout/pool_share",
+    "rollout/episodes_per_s",
+)
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
 

@@ -21,9 +21,6 @@ __all__ = ["check_inputs", "check_run_dir"]
 def check_inputs(cfg: RunConfig) -> None:
     """Refuses, in one line, a model, pool or corpus that the run would fail on later (after seconds to minutes of
     loading and compiling, with its run directory made)."""
-    from spade_jax.model.loading import check_spec
-
-    check_spec(cfg.model)
     if cfg.loop.pool != "selfplay":
         from spade_jax.envs.pools import check_pool
 
@@ -37,3 +34,6 @@ def check_inputs(cfg: RunConfig) -> None:
         from spade_jax.selfplay.corpus import expand_paths
 
         expand_paths(cfg.selfplay.corpus.paths)
+    from spade_jax.model.loading import check_spec  # last: it imports JAX (model/config.py)
+
+    check_spec(cfg.model)
