@@ -21,8 +21,17 @@ DEMO_BUDGET = ("loop.steps=1 loop.warmstart=false selfplay.envs_per_step=1 selfp
                "selfplay.designer.max_new_tokens=64 selfplay.hints.max_new_tokens=16")  # fmt: skip
 
 
+def _available_gb() -> float:
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemAvailable:"):
+            return int(line.split()[1]) / 1e6
+    return 0.0
+
+
 @pytest.mark.parametrize("preset", ["tiny", "demo"])
 def test_quickstart_notebook_executes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, preset: str) -> None:
+    if preset == "demo" and _available_gb() < 16:  # its learner step peaks near 15 GB (issue 49): not by chance
+        pytest.skip(f"the demo preset's learner step needs ~15 GB; {_available_gb():.1f} GB available")
     monkeypatch.setenv("SPADE_NOTEBOOK_PRESET", preset)
     monkeypatch.setenv("SPADE_NOTEBOOK_OVERRIDES", DEMO_BUDGET if preset == "demo" else "")
     nb = nbformat.read(NOTEBOOK, as_version=4)
