@@ -10,6 +10,7 @@ from typing import Any
 
 from spade_jax.config.learner import ROLE_NORMS, LearnerConfig
 from spade_jax.config.overrides import ConfigError, apply_overrides, from_dict, to_dict
+from spade_jax.config.ranges import check_ranges
 from spade_jax.config.sandbox import LEVEL_CHOICES, SandboxLimits
 from spade_jax.config.selfplay import (
     REFERENCE_OBSERVATION_TEMPLATE,
@@ -25,6 +26,30 @@ from spade_jax.config.selfplay import (
 from spade_jax.config.warmstart import WarmStartConfig
 
 BATCH_POLICIES = ("all", "reference")  # LoopConfig.batch_policy
+DTYPES = ("float32", "bfloat16", "float16")  # param_dtype, dtype (model/config.py maps them to jnp dtypes)
+MESH_AXES = ("data", "fsdp", "expert", "tensor")  # the mesh axes model/sharding.py knows
+
+
+def mesh_shape(spec: str) -> dict[str, int]:
+    """`mesh="data=2,fsdp=4"` as {axis: size} (a size of -1: the devices left); ConfigError, one line, on an
+    unknown axis, a repeated one or a size that is not a positive integer or -1."""
+    shape: dict[str, int] = {}
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
+            continue
+        axis, eq, size = (part.strip() for part in item.partition("="))
+        if not eq or not size.lstrip("-").isdigit() or int(size) == 0 or int(size) < -1:
+            raise ConfigError(f"mesh={spec!r}: {item!r} is not axis=size (e.g. data=2,fsdp=4,tensor=1; -1: the rest)")
+        if axis not in MESH_AXES:
+            raise ConfigError(f"mesh={spec!r}: unknown mesh axis {axis!r}; expected some of {', '.join(MESH_AXES)}")
+        if axis in shape:
+            raise ConfigError(f"mesh={spec!r}: axis {axis!r} given twice")
+        shape[axis] = int(size)
+    if list(shape.values()).count(-1) > 1:
+        raise ConfigError(f"mesh={spec!r}: at most one axis may be -1 (the devices left)")
+    return shape
+
+
 # Seed environments kept out of training and memory, played only by the held-out evaluation.
 HELD_OUT_SEEDS = ("grid_maze", "memory_pairs", "ledger_settle", "date_offset")
 
@@ -38,7 +63,9 @@ class LoopConfig:
     pool_envs_per_step: int = 4  # fixed pools: environments drawn per step
     held_out: tuple[str, ...] = HELD_OUT_SEEDS
     warmstart: bool = False  # supervised warm start on the seed library before step 1 (fresh runs only)
-    eval_every: int = 4  # 0 disables the held-out evaluation
+    # The held-out evaluation runs every `eval_every` steps and always at the run's last step, so every run ends
+    # with its held-out win rate (0: only at the end); `eval_plays=0` turns it off.
+    eval_every: int = 4
     eval_plays: int = 4  # episodes per held-out environment
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
@@ -55,12 +82,35 @@ class LoopConfig:
     global_batch: int = 192
 
     def __post_init__(self) -> None:
+        if self.held_out:
+            from spade_jax.envs.seeds import check_seed_names
+
+            check_seed_names(tuple(self.held_out), "loop.held_out")
         if self.role_norm not in ROLE_NORMS:
             raise ValueError(f"loop.role_norm={self.role_norm!r}; expected one of {', '.join(ROLE_NORMS)}")
         if self.batch_policy not in BATCH_POLICIES:
             raise ValueError(f"loop.batch_policy={self.batch_policy!r}; expected one of {BATCH_POLICIES}")
-        if self.global_batch < 1:
-            raise ValueError(f"loop.global_batch={self.global_batch}; expected >= 1")
+
+
+LOGGERS = ("tensorboard", "wandb")  # RunConfig.logger: where metrics go besides metrics.jsonl (always written)
+WANDB_MODES = ("online", "offline")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (`logger=wandb` or `logger=tensorboard,wandb`; `pip install 'spade-jax[wandb]'`). A resumed
+    run continues the same W&B run (its id is kept in the run directory, `wandb_id`)."""
+
+    project: str = "spade-jax"
+    entity: str | None = None  # None: the API key's default entity
+    name: str | None = None  # None: the run directory's name
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    mode: str = "online"  # "offline": written under the run directory (`wandb/`), `wandb sync` uploads it later
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"wandb.mode={self.mode!r}; expected one of {', '.join(WANDB_MODES)}")
 
 
 @dataclass
@@ -82,18 +132,33 @@ class RunConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    # Where the step metrics go besides metrics.jsonl: "tensorboard" (tb/), "wandb", both ("tensorboard,wandb") or
+    # "none".
+    logger: str = "tensorboard"
+    wandb: WandbConfig = field(default_factory=WandbConfig)
 
     def __post_init__(self) -> None:  # checked when loaded, not when the pool starts after the model loaded
+        # Every number of every section against its declared range (config/ranges.py), whenever a RunConfig is
+        # built or changed: a preset, each override, a saved config.json.
+        check_ranges(self)
         if self.sandbox not in LEVEL_CHOICES:
             raise ValueError(f"sandbox={self.sandbox!r}; expected one of {LEVEL_CHOICES}")
-        if self.num_workers < 1:
-            raise ValueError(f"num_workers={self.num_workers}; expected >= 1")
-        if self.sessions_per_worker < 1:
-            raise ValueError(f"sessions_per_worker={self.sessions_per_worker}; expected >= 1")
-        if self.decode_slots < 1:
-            raise ValueError(f"decode_slots={self.decode_slots}; expected >= 1")
-        if not self.call_timeout_s > 0:
-            raise ValueError(f"call_timeout_s={self.call_timeout_s}; expected > 0")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"{name}={getattr(self, name)!r}; expected one of {', '.join(DTYPES)}")
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown or not self.logger.strip():
+            expected = f"expected some of {', '.join(LOGGERS)} (comma-separated) or none"
+            raise ConfigError(f"logger={self.logger!r}; {expected}")
+        if self.loop.steps == 0 and not self.loop.warmstart:
+            raise ConfigError("loop.steps=0: nothing to run; expected >= 1 (0 only with loop.warmstart=true)")
+        mesh_shape(self.mesh)  # its axes and sizes (the devices are counted only when the mesh is made)
+
+    @property
+    def loggers(self) -> tuple[str, ...]:
+        """The metric loggers besides metrics.jsonl, from `logger` ("none": no other)."""
+        names = tuple(n.strip() for n in self.logger.split(",") if n.strip())
+        return () if names == ("none",) else names
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=True)
@@ -123,7 +188,7 @@ def _demo() -> RunConfig:
         model="smollm2-135m",
         max_total_len=2560,  # a mutation prompt (~1.2K) and program (~0.6-0.9K)
         num_workers=4,
-        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),
+        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),  # the held-out evaluation once, at the end
         warmstart=WarmStartConfig(
             epochs=2,
             lr=1e-4,
@@ -356,11 +421,19 @@ def _read_config_file(path: Path) -> str:
         raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
 
 
-def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str | Path | None = None) -> RunConfig:
-    """A preset (or a saved config.json) with `key=value` overrides; one-line ConfigError on bad input."""
-    if config_file is not None:
-        path = Path(config_file)
-        text = _read_config_file(path)
+def load_run_config(
+    preset: str,
+    overrides: list[str] = (),
+    *,
+    config_file: str | Path | None = None,
+    config_text: str | None = None,
+    config_name: str = "config.json",
+) -> RunConfig:
+    """A preset, a saved config.json (`config_file`, or its text `config_text`, e.g. read from a bucket, named
+    `config_name` in errors) with `key=value` overrides; one-line ConfigError on bad input."""
+    if config_file is not None or config_text is not None:
+        path = Path(config_file) if config_file is not None else config_name
+        text = _read_config_file(Path(config_file)) if config_file is not None else config_text
         try:
             cfg = RunConfig.from_json(text)
         except (json.JSONDecodeError, TypeError, ValueError) as e:
@@ -372,12 +445,10 @@ def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str 
     cfg = apply_overrides(cfg, list(overrides))
     try:  # re-run the sub-configs' own validation after overrides
         cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner))
+    except ConfigError:
+        raise
     except ValueError as e:
         raise ConfigError(f"learner: {e}") from None
-    if cfg.loop.steps < 0 or cfg.num_workers < 1:
-        raise ConfigError("loop.steps must be >= 0 and num_workers >= 1")
-    if cfg.sessions_per_worker < 1:
-        raise ConfigError(f"sessions_per_worker={cfg.sessions_per_worker}; expected >= 1")
     if cfg.selfplay.rollout.tool_format not in TOOL_FORMATS:
         fmt = cfg.selfplay.rollout.tool_format
         raise ConfigError(f"selfplay.rollout.tool_format={fmt!r}; expected one of {TOOL_FORMATS}")

@@ -395,8 +395,6 @@ class SelfPlayConfig:
             raise ValueError("designer_reward_scale must be >= 0 (0: automatic)")
         if self.signal not in SIGNALS:
             raise ValueError(f"selfplay.signal={self.signal!r}; expected one of {SIGNALS}")
-        if self.agent_batch < 0:
-            raise ValueError(f"selfplay.agent_batch={self.agent_batch}; expected >= 0 (0: plays_per_condition)")
         _check_kinds(self.kinds)
 
     @property

@@ -125,7 +125,6 @@ def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: An
 
 
 def _mesh_shape(spec: str) -> dict[str, int]:
-    try:
-        return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
-    except ValueError:
-        raise ValueError(f"mesh={spec!r}: expected axis=size pairs, e.g. data=2,fsdp=4,tensor=1") from None
+    from spade_jax.config.run import mesh_shape  # checked when the config loaded; parsed by the same rule here
+
+    return mesh_shape(spec)

@@ -39,6 +39,9 @@ class SelfPlayBatch:
     designer_masked: int = 0
     envs: tuple[dict[str, Any], ...] = ()
     stats: Mapping[str, float] = field(default_factory=dict)
+    # One play of each environment in each condition (hinted, unhinted) as the agent saw and wrote it: env_id,
+    # condition, return, won, turns, end, prompt_ids, completion_ids; the report shows them (run/transcripts.py).
+    examples: tuple[dict[str, Any], ...] = ()
 
     @property
     def samples(self) -> list[Sample]:

@@ -29,7 +29,7 @@ import grain
 from spade_jax import streams
 from spade_jax.config.selfplay import CorpusConfig
 
-__all__ = ["Corpus", "Document", "embedded_documents", "open_source"]
+__all__ = ["Corpus", "Document", "embedded_documents", "expand_paths", "open_source"]
 
 _SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".arrayrecord": "arrayrecord"}
 _SKIP_MODULES = frozenset({"this", "antigravity", "__hello__", "__phello__", "idlelib", "test", "lib2to3"})
@@ -179,7 +179,9 @@ class _Concat:
         return self._sources[k][index - self._starts[k]]
 
 
-def _expand(paths: Sequence[str]) -> list[Path]:
+def expand_paths(paths: Sequence[str]) -> list[Path]:
+    """The shard files that corpus paths (files, globs, folders) name; FileNotFoundError, one line, for a path
+    that names none (a run checks this before it starts)."""
     files: list[Path] = []
     for pattern in paths:
         p = Path(pattern).expanduser()
@@ -200,7 +202,7 @@ def _expand(paths: Sequence[str]) -> list[Path]:
 def open_source(paths: Sequence[str], text_field: str = "text", id_field: str = "id") -> _Concat:
     """Random-access source over the given shard files/globs/directories (format from the file suffix)."""
     sources = []
-    for path in _expand(paths):
+    for path in expand_paths(paths):
         kind = _SUFFIXES.get(path.suffix.lower())
         if kind is None:
             raise ValueError(f"corpus: {path} has an unknown format (use .jsonl, .parquet or .arrayrecord)")

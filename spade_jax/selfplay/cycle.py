@@ -24,6 +24,7 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from spade_jax import streams
 from spade_jax.config.selfplay import SelfPlayConfig
@@ -226,6 +227,7 @@ class SelfPlay:
         return SelfPlayBatch(
             agent=tuple(agent), designer=tuple(released), designs_made=len(designs), designer_masked=masked,
             envs=tuple({"env_id": env_id, **_score_row(sc)} for env_id, sc in scores.items()), stats=stats,
+            examples=tuple(_examples(result)),
         )  # fmt: skip
 
     # ----------------------------------------------------------------------------------- designing
@@ -423,3 +425,17 @@ def _score_row(sc: RoundScore) -> dict:
     """An environment's window measurement as a flat row (logs, reports)."""
     return {"designer_reward": sc.reward, "hint_status": str(sc.hint_status), "timeouts": sc.timeouts,
             "violation": sc.violation, **asdict(sc.stats)}  # fmt: skip
+
+
+def _examples(result: RolloutResult) -> list[dict[str, Any]]:
+    """The first kept play of each environment in each condition, for the report's transcripts."""
+    out, seen = [], set()
+    for ep in result.kept:
+        key = (ep.env_id, ep.condition)
+        if key in seen or not ep.completion_ids:
+            continue
+        seen.add(key)
+        out.append({"env_id": ep.env_id, "condition": str(ep.condition), "return": float(ep.episode_return),
+                    "won": bool(ep.won), "turns": ep.turns, "end": str(ep.end_reason),
+                    "prompt_ids": list(ep.prompt_ids), "completion_ids": list(ep.completion_ids)})  # fmt: skip
+    return out
