@@ -133,7 +133,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_auto_picks_the_strongest_working_level(caplog):
-    caplog.set_level(logging.INFO, logger="spade_jax.envs")
+    caplog.set_level(logging.INFO, logger="spade_jax.sandbox")
     level = detect_level("auto")
     assert level in LEVELS
     if HAVE["gvisor"]:
