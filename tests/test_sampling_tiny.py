@@ -225,7 +225,10 @@ def test_bfloat16_weights_decode_like_a_full_forward():
     batch) gives the log-probs of a full forward pass, whose Linears make the same bfloat16 matmuls."""
     model, tok = make_model(seed=1, param_dtype="bfloat16", dtype="float32")
     assert model.layers[0].mlp.up_proj.kernel[...].dtype == np.dtype("bfloat16")
-    for want in _alone_and_batched_vs_full_forward(model, tok, PROMPTS[:3], max_new_tokens=24, seed=5):
+    # 1e-3: XLA:CPU picks its matmul kernels by shape and by the CPU (e.g. AVX-512 machines differ from AVX2 ones
+    # by 3e-4 here), and a bfloat16 weight times a float32 activation is reduced in a kernel-dependent order; a
+    # wrong cache column or position is off by 0.1 or more.
+    for want in _alone_and_batched_vs_full_forward(model, tok, PROMPTS[:3], max_new_tokens=24, seed=5, atol=1e-3):
         assert want.std() > 0.1  # varied tokens, not one repeated
 
 
@@ -241,9 +244,11 @@ def test_qkv_bias_and_qk_norm_decode_like_a_full_forward(overrides):
     _alone_and_batched_vs_full_forward(model, tok, PROMPTS[:2], max_new_tokens=16, seed=4)
 
 
-def _alone_and_batched_vs_full_forward(model, tok, prompts, *, max_new_tokens: int, seed: int) -> list[np.ndarray]:
+def _alone_and_batched_vs_full_forward(
+    model, tok, prompts, *, max_new_tokens: int, seed: int, atol: float = 1e-4
+) -> list[np.ndarray]:
     """Samples each prompt alone (the batch-1 path) and all together; every completion's raw log-probs must equal
-    a full forward's within 1e-4. Returns those reference log-probs."""
+    a full forward's within `atol`. Returns those reference log-probs."""
     sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
     params = SamplingParams(max_new_tokens=max_new_tokens, temperature=1.0, seed=seed)
     alone = [sampler.generate([p], params)[0] for p in prompts]
@@ -251,7 +256,7 @@ def _alone_and_batched_vs_full_forward(model, tok, prompts, *, max_new_tokens: i
     for c in alone + sampler.generate(prompts, params):
         logits = full_logits(model, c.prompt_ids + c.token_ids)[len(c.prompt_ids) - 1 : -1]
         wants.append(log_softmax(logits)[np.arange(len(c.token_ids)), c.token_ids])
-        np.testing.assert_allclose(c.raw_logprobs, wants[-1], atol=1e-4)
+        np.testing.assert_allclose(c.raw_logprobs, wants[-1], atol=atol)
     return wants
 
 

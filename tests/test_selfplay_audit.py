@@ -135,7 +135,7 @@ def test_a_cheat_on_the_training_seeds_is_retired_and_never_trained(pool, tokeni
                                      skill="logical deduction", step=STEP, valid=True)  # fmt: skip
     envs = [PlayableEnv(e.id, cheat_source(n, e.id), "game", "logical deduction")
             for e, n in ((honest, "honest"), (cheat, name))]  # fmt: skip
-    sp.current = list(envs)
+    sp.state.current = list(envs)
     sp.attach_hints(envs, STEP)
     batch = sp.measure(envs, STEP)
     sp.close()
@@ -145,7 +145,7 @@ def test_a_cheat_on_the_training_seeds_is_retired_and_never_trained(pool, tokeni
     trained = {s.meta["env_id"] for s in batch.by_role("agent")}
     assert trained == {honest.id}  # not one play of the cheat, every unhinted play of the honest one
     assert len(batch.by_role("agent")) == PLAYS
-    assert [e.env_id for e in sp.current] == [honest.id]
+    assert [e.env_id for e in sp.state.current] == [honest.id]
     assert {r.id for r in sp.memory.archive()} >= {honest.id} and cheat.id not in {r.id for r in sp.memory.archive()}
     assert sp.memory.get(cheat.id).status == "retired" and sp.memory.summary()["retired"] == 1
     assert batch.stats["env/retired_broken"] == 1 and batch.stats["audit/inconclusive"] == 0
@@ -156,15 +156,15 @@ def test_every_step_of_a_round_is_audited(pool, tokenizer, tmp_path):
     seeds) is caught at the next one: every training episode's seed is audited, not only the round's first."""
     sp = _selfplay(tokenizer, pool, tmp_path, delay=2)
     envs = [PlayableEnv("env-late", cheat_source("noop_wins", "env-late", step=1), "game", "logical deduction")]
-    sp.current = list(envs)
+    sp.state.current = list(envs)
     sp.attach_hints(envs, 0)
     sp.open_round(0, envs, [])
     first = sp.measure(envs, 0)
     second = sp.measure(envs, 1)
     sp.close()
     assert first.stats["env/retired_broken"] == 0 and len(first.by_role("agent")) == PLAYS
-    assert second.stats["env/retired_broken"] == 1 and second.by_role("agent") == [] and sp.current == []
-    assert sp.rounds[-1].envs["env-late"].violations[0].startswith("a no-op reply wins")
+    assert second.stats["env/retired_broken"] == 1 and second.by_role("agent") == [] and sp.state.current == []
+    assert sp.state.rounds[-1].envs["env-late"].violations[0].startswith("a no-op reply wins")
 
 
 def test_a_hint_that_is_the_answer_on_the_training_seeds_earns_no_regret(pool, tokenizer, tmp_path):

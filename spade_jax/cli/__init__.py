@@ -33,6 +33,7 @@ COMMANDS: dict[str, str] = {
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Builds the parser; with `only`, imports just the module that owns that command."""
     parser = argparse.ArgumentParser(prog="spade-jax", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = sorted(set(COMMANDS.values())) if only is None else [COMMANDS[only]]
     for name in modules:
@@ -44,6 +45,16 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
             raise
         module.register(sub)
     return parser
+
+
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, for an editable install too)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spade-jax")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -24,7 +24,16 @@ from pathlib import Path
 from spade_jax.envs.pool_files import CHECKSUMS, MANIFEST, MAX_META_BYTES, read_checksums, read_pool_dir, read_regular
 from spade_jax.envs.source import EnvSource
 
-__all__ = ["CHECKSUMS", "MANIFEST", "POOLS", "RG_TASKS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
+__all__ = [
+    "CHECKSUMS",
+    "MANIFEST",
+    "POOLS",
+    "RG_TASKS",
+    "check_pool",
+    "load_pool",
+    "reasoning_gym_sources",
+    "verify_checksums",
+]
 
 POOLS = ("seeds", "reasoning_gym", "textarena")
 _HERE = Path(__file__).resolve().parent
@@ -142,6 +151,23 @@ def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) ->
         source = _RG_TEMPLATE.format(task=task, check=check, items=items, cls=cls, skill=RG_SKILLS[task])
         specs.append(EnvSource(f"rg_{task}", source, "reasoning", RG_SKILLS[task]))
     return specs
+
+
+def check_pool(name_or_dir: str) -> None:
+    """Raises the one-line error `load_pool` would, without generating a named pool's items: an unknown name, a
+    folder that does not exist or holds no environment file, a released-layout folder whose files do not match
+    their checksums. A run calls it before it starts."""
+    if name_or_dir in POOLS:
+        if name_or_dir == "reasoning_gym":
+            import importlib.util
+
+            if importlib.util.find_spec("reasoning_gym") is None:
+                raise FileNotFoundError("loop.pool=reasoning_gym needs reasoning-gym: pip install 'spade-jax[eval]'")
+        return
+    path = Path(name_or_dir).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"unknown pool {name_or_dir!r}: give one of {', '.join(POOLS)} or a directory of .py files")
+    _from_dir(path)
 
 
 def load_pool(name_or_dir: str) -> list[EnvSource]:

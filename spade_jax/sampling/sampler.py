@@ -131,6 +131,12 @@ class Sampler:
         return self.engine.tokens_generated
 
     # ----------------------------------------------------------------------------------------- public API
+    def release(self) -> None:
+        """Frees the engine's KV cache and parked rows and the shared-prefix caches (sampling goes on after it, each
+        first request prefilled anew). A run calls it before the learner steps. RuntimeError while requests run."""
+        self.engine.release()
+        self._prefill.clear()
+
     def update_model(self, model: nnx.Module) -> None:
         """Samples from new parameters from now on (the arrays are referenced, not copied). Compiled programs are
         kept when every parameter keeps its shape, dtype and sharding. RuntimeError while requests run."""
