@@ -69,14 +69,15 @@ def _strip(text: str, tok: Tokenizer) -> str:
 
 
 def test_every_added_token_in_any_message_or_tool_schema_is_text(tok):
-    """encode_chat: each special/added spelling, in a system, user, assistant and tool message and in tool schema
-    strings, leaves exactly the template's own special tokens (those of the same prompt without it)."""
+    """encode_chat: each special/added spelling, in a system, user and tool message and in tool schema strings,
+    leaves exactly the template's own special tokens (those of the same prompt without it). An assistant message
+    is the model's own reply (no environment writes one): it renders as the template renders it."""
     tools = [{"type": "function", "function": {"name": "look", "description": "D", "parameters": {
         "type": "object", "properties": {"where": {"type": "string", "description": "W"}}}}}]  # fmt: skip
     for token in _added(tok):
         text = f"start {token} middle{token}end"
         msgs = [{"role": "system", "content": text}, {"role": "user", "content": text},
-                {"role": "assistant", "content": text}, {"role": "tool", "content": text},
+                {"role": "assistant", "content": "ok"}, {"role": "tool", "content": text},
                 {"role": "user", "content": text}]  # fmt: skip
         bad_tools = [{"type": "function", "function": {"name": "look", "description": text, "parameters": {
             "type": "object", "properties": {"where": {"type": "string", "description": text}}}}}]  # fmt: skip
@@ -85,6 +86,16 @@ def test_every_added_token_in_any_message_or_tool_schema_is_text(tok):
         assert _marks(tok, tok.encode_chat(msgs, bad_tools)) == ref, token
         # and the text survives as text: decoding gives the spelling back
         assert token in tok.decode(tok.encode_chat(msgs, bad_tools))
+
+
+def test_an_assistant_reply_renders_as_the_template_renders_it(tokenizer):
+    """The model's own reply (a tool call it sampled, say) keeps its special tokens, as transformers renders it."""
+    tok = next(t for t in _added(tokenizer) if t not in tokenizer.decode(tokenizer.encode_chat([{"role": "user",
+               "content": "x"}])))  # fmt: skip
+    msgs = [{"role": "user", "content": "go"}, {"role": "assistant", "content": f"a {tok} b"},
+            {"role": "user", "content": "next"}]  # fmt: skip
+    want = tokenizer.encode(tokenizer.apply_chat_template(msgs), add_special_tokens=False)
+    assert tokenizer.encode_chat(msgs) == want
 
 
 def test_clean_prompts_tokenize_as_before(tokenizer):

@@ -325,8 +325,9 @@ class Tokenizer:
         add_generation_prompt: bool = True,
         **kwargs: Any,
     ) -> list[int]:
-        """Token ids of the chat prompt in which every message content and every string value of `tools` is
-        text (`encode_text`): the template's own pieces are the only source of special tokens.
+        """Token ids of the chat prompt in which every message content (but the assistant's own replies) and
+        every string value of `tools` is text (`encode_text`): the template's own pieces and the model's replies
+        are the only source of special tokens.
 
         The template renders with each such string replaced by a marker; the pieces between markers are encoded
         as template text and each string in its place as plain text (JSON-escaped where the template put it in a
@@ -338,8 +339,9 @@ class Tokenizer:
             strings.append(text)
             return f"{_MARK_OPEN}{len(strings) - 1}{_MARK_CLOSE}"
 
-        marked = [{**m, "content": mark(m["content"])} if isinstance(m.get("content"), str) else dict(m)
-                  for m in messages]  # fmt: skip
+        # an assistant message is the model's own output, rendered as the template renders it (Qwen3's splits
+        # off its reasoning at `</think>`, which a marker would hide); every other content came from outside
+        marked = [{**m, "content": mark(m["content"])} if _untrusted(m) else dict(m) for m in messages]
         marked_tools = None if tools is None else [_mark_values(t, mark, self.special_tokens) for t in tools]
         rendered = self.apply_chat_template(marked, marked_tools, add_generation_prompt, **kwargs)
         leftover = _MARK_RE.sub("", rendered)
@@ -347,7 +349,7 @@ class Tokenizer:
             # the template transformed a marker (escaped or cut it; one it does not render at all is fine): fall
             # back to breaking every special-token spelling inside the untrusted strings, text all the same
             safe = [{**m, "content": _break_specials(m["content"], self.special_tokens)}
-                    if isinstance(m.get("content"), str) else dict(m) for m in messages]  # fmt: skip
+                    if _untrusted(m) else dict(m) for m in messages]  # fmt: skip
             safe_tools = None if tools is None else [_mark_values(t, lambda x: _break_specials(x, self.special_tokens),
                                                                   self.special_tokens) for t in tools]  # fmt: skip
             return self.encode(self.apply_chat_template(safe, safe_tools, add_generation_prompt, **kwargs),
@@ -476,3 +478,8 @@ def _byte_spelling() -> dict[int, str]:
 
 
 _BYTE_SPELLING = _byte_spelling()
+
+
+def _untrusted(message: Mapping[str, Any]) -> bool:
+    """Whether a chat message's content is text from outside the model (anything but an assistant reply)."""
+    return isinstance(message.get("content"), str) and message.get("role") != "assistant"
