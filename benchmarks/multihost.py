@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default=None, help="keep the run directories here (default: a temp dir)")
     args = ap.parse_args(argv)
     n = args.processes
-    overrides = [f"loop.steps={args.steps}", "loop.eval_every=0", f"selfplay.envs_per_step={args.envs}",
+    overrides = [f"loop.steps={args.steps}", "loop.eval_plays=0", f"selfplay.envs_per_step={args.envs}",
                  f"selfplay.plays_per_condition={args.plays}", "selfplay.regen_interval=1"]  # fmt: skip
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(args.out or tmp)

@@ -56,6 +56,8 @@ def job_command(args: argparse.Namespace, program: str = "spade-jax") -> list[st
     cmd = [program, args.command, "--preset", args.preset, "--run-dir", args.run_dir]
     if getattr(args, "resume", False):
         cmd.append("--resume")
+    elif getattr(args, "resume_if_exists", False):
+        cmd.append("--resume-if-exists")
     return cmd + list(args.overrides)
 
 

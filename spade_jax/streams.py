@@ -28,6 +28,7 @@ STREAMS = (
     "memory",  # exemplar draws from the archive (selfplay.memory.seed when unset)
     "play",  # reset seeds of training plays
     "pool",  # which environments a fixed pool serves at a step
+    "hinted",  # reset seeds of hinted plays drawn apart from the unhinted ones (selfplay.paired_seeds=False)
     "selfplay",  # design targets and archive fills
     "variants",  # the warm start's programmatic variants and mutation pairs
     "warmstart",  # the warm start's seed draws, reset seeds and example order
@@ -53,6 +54,6 @@ def rng(run_seed: int, name: str, *index: int | str) -> random.Random:
 
 
 def episode_seed(run_seed: int, env_id: str, step: int, k: int) -> int:
-    """Reset seed of play k of an environment at a step: the hinted and the unhinted play k share it, so the
-    hint is the only difference between the two conditions (the regret's premise)."""
+    """Reset seed of play k of an environment at a step: the hinted and the unhinted play k share it (unless
+    `selfplay.paired_seeds` is off), so the hint is the only difference between the two conditions."""
     return derive(run_seed, "play", env_id, step, k)

@@ -35,7 +35,10 @@ class Sample:
     token (any value where the mask is 0); None means unknown (NaN in the batch): those tokens get importance
     weight 1, i.e. the sampler is assumed to be the learner. raw_logprobs: the same under the raw model (no
     temperature or top-p), what the importance weight uses when known. advantage: scalar, or one per completion
-    token (set from `reward` within `group_id` before training). role: AGENT or DESIGNER.
+    token (set from `reward` within `group_id` before training). role: AGENT or DESIGNER. turn_of: the key of
+    the episode a per-turn sample belongs to (a thinking agent's re-rendered turns): the turns of one episode
+    count once in the global batch and share one token mean (the reference's slime groups). loss_weight: the
+    weight of each of its trained tokens in the loss (None: one token mean over the whole batch).
     """
 
     prompt_ids: Sequence[int]
@@ -47,6 +50,8 @@ class Sample:
     reward: float = 0.0
     group_id: str = ""
     raw_logprobs: Sequence[float] | None = None
+    loss_weight: float | None = None
+    turn_of: str = ""  # the episode this sample is one turn of ("": the sample is its own episode or design)
     meta: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:

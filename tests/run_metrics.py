@@ -8,13 +8,13 @@ from pathlib import Path
 
 import pytest
 
-VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s",
-            "rollout/host_wall_s")  # fmt: skip
+VOLATILE = ("time/", "perf/", "mem/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share",
+            "rollout/episodes_per_s", "rollout/host_wall_s")  # fmt: skip
 
 
 def pool_overrides(pool_dir: Path) -> list[str]:
     """A 3-step tiny run on a fixed pool (one environment whose reward a random policy gets half the time)."""
-    return [f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_every=0", "loop.pool_envs_per_step=1",
+    return [f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_plays=0", "loop.pool_envs_per_step=1",
             "selfplay.plays_per_condition=3", "learner.lr=3e-3"]  # fmt: skip
 
 

@@ -11,7 +11,7 @@ import pytest
 from spade_jax.config.ablations import ABLATIONS
 from spade_jax.config.overrides import ConfigError, changed_keys, to_dict
 from spade_jax.config.run import RunConfig, load_run_config
-from spade_jax.run.learn import train_on, trained_roles
+from spade_jax.run.learn import BatchRule, train_on, trained_roles
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.trajectory import AGENT, DESIGNER, Sample
 
@@ -78,7 +78,7 @@ class _Recorder:
 def test_a_frozen_agent_plays_but_only_the_designer_trains() -> None:
     samples = [_sample(AGENT, 1.0, "a"), _sample(AGENT, 0.0, "a"), _sample(DESIGNER, 0.6, "d"),
                _sample(DESIGNER, 0.0, "d")]  # fmt: skip
-    batch = SelfPlayBatch(samples=list(samples))
+    batch = SelfPlayBatch(agent=tuple(samples[:2]), designer=tuple(samples[2:]))
     same, none = trained_roles(batch, True)
     assert same is batch and none == {}
     kept, stats = trained_roles(batch, False)
@@ -88,10 +88,8 @@ def test_a_frozen_agent_plays_but_only_the_designer_trains() -> None:
     for train_agent, agents in ((True, 2.0), (False, 0.0)):
         cfg = load_run_config("tiny", [f"selfplay.train_agent={train_agent}"])
         learner = _Recorder()
-        parts = SimpleNamespace(
-            cfg=cfg, learner=learner, tokenizer=SimpleNamespace(pad_id=0), sync_sampler=lambda: None
-        )
-        stats = train_on(parts, SelfPlayBatch(samples=list(samples)))
+        learner.config = SimpleNamespace(lr=1e-3)
+        stats = train_on(batch, learner, BatchRule.of(cfg), buckets=(64,), pad_id=0, sync=lambda: None)
         assert stats["train/agent_samples"] == agents and stats["train/designer_samples"] == 2.0
         assert stats["train/skipped"] == 0.0 and len(learner.rows) == 1
 

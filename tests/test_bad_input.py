@@ -42,7 +42,7 @@ def _selfplay(tmp_path: Path, *args: str) -> str:
 
 def test_negative_learning_rate(tmp_path) -> None:
     line = _selfplay(tmp_path, "learner.lr=-1")
-    assert "learner.lr" in line and "expected >= 0" in line
+    assert "learner.lr=-1.0" in line and "expected a value in [0, 1]" in line
 
 
 @pytest.mark.parametrize(

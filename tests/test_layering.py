@@ -187,7 +187,7 @@ def test_rl_knows_no_role_names():
 
 def test_loop_reads_in_one_sitting():
     lines = (PACKAGE / "run" / "loop.py").read_text(encoding="utf-8").count("\n")
-    assert lines < 250, f"run/loop.py has {lines} lines"
+    assert lines < 300, f"run/loop.py has {lines} lines"
 
 
 @pytest.mark.parametrize("module", CONFIG_MODULES)

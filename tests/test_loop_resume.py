@@ -132,9 +132,12 @@ def test_export_hf_loads_in_transformers_with_the_trained_weights(tmp_path: Path
 
     out = tmp_path / "hf"
     subprocess.run(
-        [sys.executable, "-m", "spade_jax.cli", "export-hf", "--run-dir", str(clean_run), "--out", str(out)],
+        [sys.executable, "-m", "spade_jax.cli", "export-hf", "--run-dir", str(clean_run), "--out", str(out),
+         "--dtype", "float32"],
         check=True, env=ENV, timeout=600, capture_output=True,
     )  # fmt: skip
+    card = (out / "README.md").read_text()
+    assert "tiny-smollm" in card and "step 3" in card and "`learner.lr`" in card
     _, model, tokenizer = load_model("tiny-smollm")
     init = np.asarray(model.embed_tokens.embedding[...]).copy()
     ckpt = Checkpointer(clean_run / "checkpoints", async_save=False)

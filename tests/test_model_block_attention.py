@@ -53,3 +53,22 @@ def test_block_attention_matches_attention(monkeypatch, t, chunk, loop_rows):
     for a, b in zip(g_got, g_want):
         assert np.isfinite(np.asarray(a)).all()
         np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_bfloat16_attention_runs_on_cpu_and_matches_float32():
+    """XLA:CPU fails at run time on some bfloat16 x bfloat16 -> float32 dot layouts (a bfloat16 run of a paper
+    preset on CPU died in its first cached prefill): every attention form runs in bfloat16 here, and its scores
+    are the float32 ones of the same (bfloat16-rounded) inputs."""
+    from spade_jax.model.transformer import attention, block_attention, cached_attention
+
+    rng = np.random.default_rng(0)
+    b, t, kh, g, d, s = 2, 24, 2, 2, 16, 24
+    q, k, v = (rng.standard_normal(sh).astype(np.float32) for sh in ((b, t, kh, g, d), (b, s, kh, d), (b, s, kh, d)))
+    q, k, v = (jnp.asarray(x, jnp.bfloat16) for x in (q, k, v))
+    mask = jnp.tril(jnp.ones((t, s), bool))[None].repeat(b, 0)
+    want = attention(*(x.astype(jnp.float32) for x in (q, k, v)), mask)
+    keys, values = jnp.moveaxis(k, 1, -1), jnp.moveaxis(v, 1, 2)  # the cache's layouts: [B, K, D, S], [B, K, S, D]
+    for got in (jax.jit(attention)(q, k, v, mask), jax.jit(cached_attention)(q, keys, values, mask),
+                jax.jit(block_attention, static_argnums=4)(q, k, v, mask, 8)):  # fmt: skip
+        assert got.dtype == jnp.bfloat16
+        np.testing.assert_allclose(np.asarray(got, np.float32), np.asarray(want), atol=2e-2)

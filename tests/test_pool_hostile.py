@@ -219,7 +219,8 @@ def _fs_view(r, host):
     listing = r.value[4]["listing"]
     assert not {"work", "etc", "home", "var"} & set(listing["/"]), listing["/"]
     assert isinstance(listing["/work"], str) and isinstance(listing["/etc"], str)
-    assert listing["/root"] in ([".pyenv"], "error: No such file or directory"), listing["/root"]
+    # absent, or refused by the episode's guard (a listing outside what it may read)
+    assert listing["/root"] in ([".pyenv"], "error: No such file or directory", "error: None"), listing["/root"]
     assert listing["/opt/spade"] == ["spade_jax"]
 
 
@@ -233,16 +234,6 @@ def _flood_ok(r, host):
 
 def _not_forged(r, host):
     assert r.ok is False or r.value != "FORGED"
-
-
-def _no_root(r, host):
-    facts = r.value[4]
-    assert facts["euid_after"] != 0 and facts["setuid0"] != "ok" and facts["chroot"] != "ok"
-    assert facts["mount"] != 0 and facts["ptrace_parent"] != 0
-
-
-def _fd_limited(r, host):
-    assert r.value[4]["held"] <= 64
 
 
 def _is_systemexit(r, host):
@@ -285,18 +276,26 @@ def _attack_ran(key, at_least):
     return check
 
 
+def _refused(r, host):
+    """Contained before it ran: the episode's guard refused what the program needs (an import, a call)."""
+    assert "not allowed in the sandbox" in r.message or "not readable in the sandbox" in r.message, r.message
+
+
 def _tmp_free(facts):
     assert facts["tmp_free_mb"] >= 0.9 * facts["tmp_size_mb"], facts
 
 
 CASES = [
-    Case("net_tcp_host", check=_not_connected),
-    Case("net_udp_host"),
-    Case("net_abstract_unix", check=lambda r, h: r.value[0].startswith("failed")),
-    Case("net_dns_external", check=_not_connected),
+    # a program that imports socket, subprocess or ctypes is refused at load (sandbox/inside/guard.py); the
+    # sockets, processes and raw calls it would make are refused by the episode's seccomp filter too
+    # (tests/test_containment_neighbours.py checks the filter with the kernel's own answers)
+    Case("net_tcp_host", expect={"load_error"}, fail_check=_refused),
+    Case("net_udp_host", expect={"load_error"}, fail_check=_refused),
+    Case("net_abstract_unix", expect={"load_error"}, fail_check=_refused),
+    Case("net_dns_external", expect={"load_error"}, fail_check=_refused),
     Case("read_home_secret", check=_no_secret),
     Case("read_project_files", check=_no_project),
-    Case("read_host_environ", check=_no_env_secret),
+    Case("read_host_environ", expect={"ok", "exception"}, check=_no_env_secret, fail_check=_refused),
     Case("list_filesystem", check=_fs_view),
     Case("write_outside_tmp"),
     Case("overwrite_existing"),
@@ -317,10 +316,10 @@ CASES = [
     Case("kill_parent", expect={"ok", "crashed", "exception"}),  # kill(-1) spares the caller itself
     Case("kill_host_process"),
     Case("ignore_signals", expect={"timeout"}),
-    Case("ctypes_crash", expect={"crashed"}),
+    Case("ctypes_crash", expect={"load_error"}, fail_check=_refused),
     Case("deep_recursion", expect={"crashed", "exception", "memory", "timeout"}),
     Case("threads_left_running"),
-    Case("spawn_subprocesses"),
+    Case("spawn_subprocesses", expect={"load_error"}, fail_check=_refused),
     Case("sys_exit_in_step", expect={"exception"}, check=_is_systemexit),
     Case("os_exit_in_step", expect={"crashed"}),
     Case(
@@ -335,9 +334,9 @@ CASES = [
         expect={"ok", "bad_return", "crashed", "exception"},
     ),
     Case("file_size_bomb", expect={"exception"}),
-    Case("fd_exhaustion", check=_fd_limited),
+    Case("fd_exhaustion", expect={"load_error"}, fail_check=_refused),
     Case("load_time_loop", calls=[], expect={"timeout"}),
-    Case("privilege_escalation", check=_no_root),
+    Case("privilege_escalation", expect={"load_error"}, fail_check=_refused),
     Case("exit_traps"),
     # one environment must never end the run: what crosses from the sandbox is plain, checked data
     Case("surrogate_observation", calls=[("reset", 0)], check=_plain_utf8),
@@ -358,26 +357,24 @@ CASES = [
     Case("malformed_reply", calls=[], expect={"bad_return"}, fail_check=_names("load()", "nonce")),
     # replies are bound to their requests: a frame the episode writes itself is never taken as a reply
     Case("reply_ahead", calls=[("reset", 0)], expect={"bad_return"}, fail_check=_names("reset()", "nonce")),
-    Case("reply_from_child", calls=[("reset", 0)], expect={"bad_return"}, fail_check=_names("reset()", "nonce")),
+    Case("reply_from_child", calls=[("reset", 0)], expect={"exception"}, fail_check=_names("os.fork", "not allowed")),
     Case(
         "reply_stolen_nonce",
         calls=[("reset", 0), ("step", "5")],
         expect={"bad_return"},
         fail_check=_names("step()", "between calls"),
     ),  # fmt: skip
-    # memory is bounded per sandbox (its cgroup), not only per process: children, memfd files, SysV segments.
-    # With this suite's 1.5 s calls a slow host may kill the call before the bound is reached (timeout);
-    # tests/test_pool_limits.py gives them 5 s and checks the bound itself.
-    Case("memory_forked_children", expect={"memory", "timeout"}),
-    Case("memory_memfd", expect={"memory", "timeout"}),
-    Case("sysv_shm_fill", expect={"memory", "timeout"}),
-    # SysV objects do not outlive the session (tests/test_pool_limits.py runs them twice: the next one sees none)
-    Case("sysv_shm_leave", check=lambda r, h: r.value[4]["visible"] == 0),
-    Case("sysv_msg_leave", check=lambda r, h: r.value[4]["seen"] == ""),
-    # namespaces, mounts and the kernel's big interfaces (refused at bwrap by seccomp: tests/test_pool_limits.py)
-    Case("userns_tmpfs", expect={"ok", "memory"}),
-    Case("clone_newuser"),
-    Case("kernel_surface"),
+    # memory outside the episode's own RLIMIT_AS is out of reach: no child process, no memfd, no SysV segment
+    # (the episode's seccomp filter and guard), so the sandbox's shared bound is never where it fails
+    Case("memory_forked_children", expect={"exception"}, fail_check=_names("os.fork", "not allowed")),
+    Case("memory_memfd", check=lambda r, h: r.value[4]["mb"] == 0),
+    Case("sysv_shm_fill", expect={"exception"}, fail_check=_refused),
+    Case("sysv_shm_leave", expect={"exception"}, fail_check=_refused),
+    Case("sysv_msg_leave", expect={"exception"}, fail_check=_refused),
+    # namespaces, mounts and the kernel's big interfaces: ctypes is refused; beneath it the seccomp filter
+    Case("userns_tmpfs", expect={"exception"}, fail_check=_refused),
+    Case("clone_newuser", expect={"exception"}, fail_check=_refused),
+    Case("kernel_surface", expect={"exception"}, fail_check=_refused),
     Case("terminal_escape", calls=[("reset", 0), ("step", "boom")], expect={"exception"}, fail_check=_escaped),
     # cleanup between episodes cannot be defeated by what the episode left
     Case("unreadable_dir", check=_attack_ran("made", 1), after=_tmp_free),
@@ -386,10 +383,48 @@ CASES = [
 ]
 
 
+# Hostile programs whose contained case lives in another test file (they attack the gates, the audit, the pool
+# loader, the prompts or a neighbour session rather than the host): program -> the test file that contains them.
+CONTAINED_ELSEWHERE = {
+    "text_special_tokens": "test_containment_text.py",
+    "neighbour_cpu_spin": "test_containment_neighbours.py",
+    "neighbour_cpu_threads": "test_containment_neighbours.py",
+    "neighbour_many_files": "test_containment_neighbours.py",
+    "neighbour_memory_fork": "test_containment_neighbours.py",
+    "neighbour_mqueue": "test_containment_neighbours.py",
+    "neighbour_sysv_mode0": "test_containment_neighbours.py",
+    "tell_crash": "test_containment_checkers.py",
+    "tell_entropy": "test_containment_checkers.py",
+    "tell_kind": "test_containment_checkers.py",
+    "tell_latency": "test_containment_checkers.py",
+    "tell_lower": "test_containment_checkers.py",
+    "tell_prose": "test_containment_checkers.py",
+    "tell_siblings": "test_containment_checkers.py",
+    "hint_hidden_state": "test_containment_hints.py",
+    "hint_in_observation": "test_containment_hints.py",
+    "hint_leakcheck": "test_containment_hints.py",
+    "hint_maxreward": "test_containment_hints.py",
+    "hint_numberword": "test_containment_hints.py",
+    "hint_quoted": "test_containment_hints.py",
+    "hint_single_digit": "test_containment_hints.py",
+    "hint_spelled": "test_containment_hints.py",
+    "static_alias_module": "test_containment_static.py",
+    "static_chain": "test_containment_static.py",
+    "static_default_arg": "test_containment_static.py",
+    "static_getattr_concat": "test_containment_static.py",
+    "static_hook_tamper": "test_containment_static.py",
+    "pool_layouts": "test_containment_pools.py",
+}
+
+
 def test_enough_hostile_programs():
     files = {p.stem for p in HOSTILE.glob("*.py")}
     assert len(files) >= 25
-    assert files == {c.file for c in CASES}, "every hostile program has a case and vice versa"
+    here = {c.file for c in CASES}
+    assert files == here | set(CONTAINED_ELSEWHERE), "every hostile program has a contained case and vice versa"
+    assert not here & set(CONTAINED_ELSEWHERE)
+    for program, test_file in CONTAINED_ELSEWHERE.items():  # the named test really plays that program
+        assert program in (HERE / test_file).read_text(encoding="utf-8"), (program, test_file)
 
 
 @pytest.mark.sandbox

@@ -120,8 +120,9 @@ def test_the_reply_door_turns_what_an_episode_sends_into_checked_plain_data():
     fail = _from_reply(paint, "step")
     _plain(fail.message + fail.traceback)
     assert fail.error == "exception" and "\\x1b[2J" in fail.message
-    assert _from_reply({"ok": False, "error": ["timeout"]}, "step").error == "crashed"
-    assert _from_reply("garbage", "step").error == "crashed"
+    # what no episode can have sent (the zygote checked its reply): the host's failure, nobody's fault
+    assert _from_reply({"ok": False, "error": ["timeout"]}, "step").error == "unavailable"
+    assert _from_reply("garbage", "step").error == "unavailable"
 
 
 def test_printable_escapes_terminal_controls_and_keeps_text():
@@ -197,9 +198,10 @@ def test_validate_turns_an_unexpected_error_into_a_verdict_and_closes_the_sessio
     _plain(verdict.reason)
 
 
-def test_a_cleanup_out_of_time_fails_the_close_so_the_host_replaces_the_sandbox(tmp_path):
-    """The zygote answers `end` only once the session's uid is clean; out of budget, the answer is a failure (the
-    host then replaces the sandbox) and the uid is not used again."""
+def test_a_cleanup_out_of_time_costs_only_its_own_session(tmp_path):
+    """The zygote answers `end` once the session's uid is clean; out of budget, `end` answers all the same (the
+    session is over: its neighbours and the sandbox go on) with the uid quarantined, not used again until a
+    cleanup in the background gets it clean."""
     from spade_jax.sandbox.inside.worker import Cleaning, Zygote
 
     scratch = tmp_path / "tmp"
@@ -211,12 +213,15 @@ def test_a_cleanup_out_of_time_fails_the_close_so_the_host_replaces_the_sandbox(
     z.reply = lambda rid, reply: replies.__setitem__(rid, reply)
     z.free.clear()  # the one uid (None: no uid switch) is the ended session's
     z.cleanings[None] = Cleaning(None, 0.0, 1)
+    t0 = time.monotonic()
+    while 1 not in replies and time.monotonic() < t0 + 10:
+        z.reap()
+        z.step_cleanings()
+        time.sleep(0.005)
+    assert replies[1]["ok"] is True and "cleanup" in replies[1]["value"]["quarantined"], replies
+    assert z.free == [] and z.cleanings[None].quarantined  # out of use, still being cleaned
     _drive_cleanups(z)
-    assert replies[1]["ok"] is False and replies[1]["error"] == "crashed" and "cleanup" in replies[1]["message"]
-    assert z.free == [] and list(scratch.iterdir()) != []
-    z.cleanings[None] = Cleaning(None, 5.0, 2)
-    _drive_cleanups(z)
-    assert replies[2] == {"ok": True, "value": None} and list(scratch.iterdir()) == [] and z.free == [None]
+    assert list(scratch.iterdir()) == [] and z.free == [None]
 
 
 def _reap_watched(z) -> None:
@@ -265,8 +270,9 @@ def test_a_forged_reply_never_wins_an_episode(pool, tokenizer):
         result = engine.run(specs)
     finally:
         engine.close()
-    for ep in result.episodes:
-        assert ep.discarded and ep.error == "bad_return", (ep.spec.env_id, ep.end_reason, ep.episode_return)
+    for ep in result.episodes:  # the forger that needs a child process is refused the fork: its own exception
+        want = "exception" if ep.spec.env_id == "reply_from_child" else "bad_return"
+        assert ep.discarded and ep.error == want, (ep.spec.env_id, ep.end_reason, ep.episode_return)
     assert _serves_within(pool).ok
 
 

@@ -106,7 +106,7 @@ def test_close_leaves_no_sandbox_processes(level):
     pool.close()
     time.sleep(0.2)
     assert [p for p in procs if _alive(p)] == [] and not os.path.exists(root)
-    assert sessions[0].reset().error == "crashed"  # a session outliving its pool answers, it does not raise
+    assert sessions[0].reset().error == "unavailable"  # a session outliving its pool answers, it does not raise
 
 
 def _descendants(roots: set[int]) -> set[int]:
@@ -133,7 +133,7 @@ def _alive(pid: int) -> bool:
 
 
 def test_auto_picks_the_strongest_working_level(caplog):
-    caplog.set_level(logging.INFO, logger="spade_jax.envs")
+    caplog.set_level(logging.INFO, logger="spade_jax.sandbox")
     level = detect_level("auto")
     assert level in LEVELS
     if HAVE["gvisor"]:

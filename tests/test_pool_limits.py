@@ -1,6 +1,7 @@
-"""Per-sandbox bounds (issue 18): memory and processes bounded for the whole sandbox, not per process; SysV IPC
-objects gone at every session's end; at bwrap, no new namespaces, mounts or risky kernel interfaces (seccomp);
-what the host cannot bound said loudly at start.
+"""Per-sandbox bounds (issues 18, 47): a session holds memory only inside its own bounds (its RLIMIT_AS, its
+tmpfs), so the sandbox's bound (their sum) is not reached through sessions; a sandbox that goes over a bound set
+lower anyway is killed with its cgroup; what the host cannot bound is said loudly at start. The episode-level
+seccomp filter itself is checked with the kernel's own answers in tests/test_containment_neighbours.py.
 
 The hostile programs in tests/hostile/ (`memory_*`, `sysv_*`) pass the static gate. The bound is the sandbox's
 cgroup, so these tests read the kernel's own figures for it (its peak usage, its OOM kills), not ours. They
@@ -15,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.sandbox import cgroups, seccomp
+from spade_jax.sandbox import cgroups
 from spade_jax.sandbox import launchers as sandbox
 from spade_jax.sandbox.host_pool import HostPool
 from spade_jax.sandbox.launchers import SandboxConfig
@@ -23,7 +24,7 @@ from spade_jax.sandbox.launchers import SandboxConfig
 HOSTILE = Path(__file__).resolve().parent / "hostile"
 CONFIG = dict(call_timeout_s=5.0, load_timeout_s=5.0, memory_mb=128, tmp_mb=32)
 SESSIONS = 2  # places per worker
-BOUND_MB = SESSIONS * 128 + 32 + 384  # SandboxConfig.limits: sessions x memory_mb + tmp_mb + 384
+BOUND_MB = SESSIONS * (128 + 32 + 1) + 32 + 384  # SandboxConfig.limits: sessions x (memory_mb + tmp_mb + 1) + ...
 NO_CGROUP = cgroups.probe(SandboxConfig(**CONFIG).limits("bwrap"))
 LEVELS = [
     pytest.param("gvisor", marks=pytest.mark.skipif(not shutil.which("runsc"), reason="runsc (gVisor) not installed")),
@@ -48,45 +49,49 @@ def _play(pool: HostPool, name: str):
         return s.step("go"), proc
 
 
-@needs_cgroup
 @pytest.mark.sandbox
-@pytest.mark.parametrize("name", ["memory_forked_children", "memory_memfd", "sysv_shm_fill"])
-def test_memory_is_bounded_for_the_whole_sandbox(pool, name):
-    """Each program would hold 900+ MB in pieces no per-process limit sees; the sandbox as a whole never goes
-    over its bound (the kernel's peak for its cgroup), the call is the environment's memory failure, and the
-    next environment is served."""
+@pytest.mark.parametrize("name", ["memory_forked_children", "memory_memfd", "sysv_shm_fill", "sysv_shm_leave"])
+def test_memory_outside_the_sessions_own_bound_is_out_of_reach(pool, name):
+    """Each program would hold 900+ MB in pieces no per-process limit sees (children, memfd files, SysV
+    segments); the episode may make none of them (its seccomp filter and guard: fork, memfd_create, SysV and
+    ctypes are refused), so its memory is its own RLIMIT_AS and its tmpfs, the sandbox's bound (their sum over
+    sessions) is never where it fails, and the next environment is served."""
     result, proc = _play(pool, name)
-    assert not result.ok and result.error == "memory", result
-    assert f"({BOUND_MB} MB)" in result.message
-    with pool.open((HOSTILE / "sysv_shm_leave.py").read_text()) as s:  # the pool serves on
+    assert (not result.ok and result.error == "exception" and "not allowed" in result.message) or (
+        result.ok and result.value[4].get("mb") == 0
+    ), result
+    with pool.open((HOSTILE / "memory_bomb.py").read_text()) as s:  # over its own bound: its own failure
         assert s.reset(0).ok
-    peak = proc.peak_mb if not proc.alive() else proc.cgroup.peak_mb()
-    assert 0 < peak <= BOUND_MB + 2, peak  # the kernel charges in batches of pages: a page or so over at most
+        assert s.step("grow").error == "memory"
+        assert s._worker is not None and s._worker.alive()
+    if proc.cgroup is not None:
+        assert proc.cgroup.peak_mb() <= BOUND_MB, proc.cgroup.peak_mb()
 
 
-@pytest.mark.sandbox
-@pytest.mark.parametrize("name, key", [("sysv_shm_leave", "visible"), ("sysv_msg_leave", "seen")])
-def test_sysv_objects_do_not_reach_the_next_session(pool, name, key):
-    """The program leaves a segment / a queued message under a fixed key; the next session of it (another
-    uid) finds nothing: no segment visible at all, no message waiting."""
-    first, _ = _play(pool, name)
-    second, _ = _play(pool, name)
-    assert first.ok and second.ok, (first, second)
-    assert first.value[4]["left"]
-    empty = 0 if key == "visible" else ""
-    assert second.value[4][key] == empty, second.value[4]
-    if key == "visible":
-        assert second.value[4]["seen"] == ""
+HOG = """
+class Hog:
+    def reset(self, seed=None):
+        return "ready", {}
+
+    def step(self, action):
+        self.held = [bytearray(b"x" * (10 << 20)) for _ in range(int(action) // 10)]
+        return "holding", 0.0, False, False, {}
+"""
 
 
 @needs_cgroup
 @pytest.mark.sandbox
 @pytest.mark.parametrize("level", LEVELS)
 def test_a_killed_sandbox_leaves_no_cgroup(level):
-    with HostPool(num_workers=1, sandbox=SandboxConfig(level=level, **CONFIG), sessions_per_worker=SESSIONS) as pool:
-        result, proc = _play(pool, "memory_memfd")
-        dirs = list(proc.cgroup.dirs.values())
-    assert result.error == "memory"
+    """A sandbox bound set below one session's own (300 MB for a session that may hold 512): the kernel kills at
+    it, the call is that environment's memory failure (alone on the sandbox), and the cgroup goes with it."""
+    config = SandboxConfig(level=level, **{**CONFIG, "memory_mb": 512, "sandbox_memory_mb": 300})
+    with HostPool(num_workers=1, sandbox=config, sessions_per_worker=1) as pool:
+        with pool.open(HOG) as s:
+            assert s.reset(0).ok
+            result = s.step("400")
+            dirs = list(s._worker.proc.cgroup.dirs.values())
+    assert result.error == "memory", result
     assert not [d for d in dirs if d.exists()], dirs
 
 
@@ -121,26 +126,3 @@ def test_cgroups_of_dead_runs_are_removed():
     finally:
         stale.remove()
         ours.remove()
-
-
-@pytest.mark.sandbox
-@pytest.mark.skipif(not shutil.which("bwrap"), reason="bwrap not installed")
-@pytest.mark.skipif(seccomp.program() is None, reason="the seccomp filter is x86-64 only")
-def test_bwrap_refuses_namespaces_mounts_and_risky_kernel_interfaces():
-    """Environment code at the bwrap level runs on the host kernel: it may not make a user namespace (unshare,
-    clone; clone3 is ENOSYS so the C library falls back to clone), mount a tmpfs past the /tmp cap, or reach
-    bpf, io_uring, userfaultfd, perf, keyrings, ptrace or setns."""
-    with HostPool(num_workers=1, sandbox=SandboxConfig(level="bwrap", **CONFIG)) as pool:
-        userns, _ = _play(pool, "userns_tmpfs")
-        clone, _ = _play(pool, "clone_newuser")
-        surface, _ = _play(pool, "kernel_surface")
-        with pool.open((HOSTILE / "sysv_msg_leave.py").read_text()) as s:  # ordinary code still runs
-            assert s.reset(0).ok and s.step("go").ok
-    eperm, enosys = 1, 38
-    u = userns.value[4]
-    assert (u["unshare"], u["unshare_errno"], u["mount"], u["mount_errno"]) == (-1, eperm, -1, eperm)
-    assert u["written_mb"] == 0
-    c = clone.value[4]
-    assert (c["clone"], c["clone_errno"], c["clone3"], c["clone3_errno"]) == (-1, eperm, -1, enosys)
-    k = surface.value[4]
-    assert k["allowed"] == [] and all(errno == eperm for _, errno in k["calls"].values()), k

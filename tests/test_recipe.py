@@ -57,6 +57,24 @@ def test_every_matching_row_matches_its_script():
         assert key in keys
 
 
+def test_differences_and_points_name_real_keys_and_tests():
+    """The "Where we differ on purpose" and point-by-point sections: every switch and key is a field of the
+    paper presets, every difference is safety, signal or named, and every test the document names exists."""
+    from spade_jax.config.recipe import _MISSING, DIFFERENCES, POINTS, preset_value
+
+    cfg = load_run_config("paper-qwen3-4b")
+    assert len(POINTS) == 14 and {d.kind for d in DIFFERENCES} == {"safety", "signal", "named"}
+    for d in DIFFERENCES:
+        assert not d.switch or preset_value(cfg, d.switch) is not _MISSING, d.switch
+    root = Path(__file__).resolve().parents[1]
+    for _, keys, test in POINTS:
+        path, _, name = test.partition("::")
+        assert (root / path).exists() and (not name or f"def {name}(" in (root / path).read_text()), test
+        for key in keys.split(", "):
+            assert key.endswith("*") or preset_value(cfg, key) is not _MISSING, key
+    assert load_run_config("paper-qwen3-4b", ["selfplay.signal=strict"]).selfplay.strict  # one override
+
+
 # ------------------------------------------------------------------------------------------------ presets
 
 
@@ -76,7 +94,11 @@ def test_paper_presets_carry_the_recipe():
         1e-6, "constant", 0.1, (0.9, 0.98), 0.2, 0.28)  # fmt: skip
     assert ln.kl_coef == 0.0 and load_run_config("paper-qwen3-30b-a3b").learner.kl_coef == 0.0
     eight = load_run_config("paper-qwen3-8b")
-    assert eight.learner.kl_coef == 0.005 and eight.selfplay.designer.enable_thinking
+    assert eight.learner.kl_coef == 0.005 and eight.selfplay.rollout.enable_thinking
+    # the reference's code renders the designer, the hint writer and the hinted plays without thinking
+    assert not (eight.selfplay.designer.enable_thinking or eight.selfplay.hints.enable_thinking)
+    assert eight.selfplay.rollout.hinted_enable_thinking is False
+    assert eight.selfplay.rollout.thinking_turns == "rerender" and sp.rollout.thinking_turns == "sequence"
     for name in ("paper-qwen3-4b-tool", "paper-qwen3-30b-a3b-tool"):
         tool = load_run_config(name)
         assert tool.selfplay.kinds == ("tool",) and tool.learner.kl_coef == 0.005

@@ -8,6 +8,7 @@ Memory (seeds from the library, designer attempts, a mutation of a seed) passed 
 from __future__ import annotations
 
 import dataclasses
+import json
 import re
 from pathlib import Path
 
@@ -70,9 +71,10 @@ def run(tmp_path: Path):
 
 
 def _rows(page: str) -> dict[str, str]:
-    """Browser row id -> the row's HTML, in page order."""
-    table = page.split("<table class=browser>", 1)[1].split("</table>", 1)[0]
-    return {m.group(1): m.group(0) for m in re.finditer(r'<tr id="env-([^"]+)" class=env>.*?</tr>', table, re.S)}
+    """Browser entry id -> the entry's HTML, in page order."""
+    browser = page.split("<div class=browser>", 1)[1].split("<h2>", 1)[0]
+    return {m.group(1): m.group(0) for m in re.finditer(r'<div id="env-([^"]+)" class=env>.*?</details></div>', browser,
+                                                         re.S)}  # fmt: skip
 
 
 def test_key_panels_draw_the_control_dashed_in_the_same_colour(run, tmp_path: Path) -> None:
@@ -95,6 +97,7 @@ def test_key_panels_draw_the_control_dashed_in_the_same_colour(run, tmp_path: Pa
             assert own.values == TRAINED[name] and ctl.values == CONTROL[name]
             assert ctl.steps == [1, 2, 3]
     assert [p.title for p in diag] == ["Learner loss"]
+    assert all(p.png.startswith(b"\x89PNG") and p.data_uri.startswith("data:image/png;base64,") for p in key + diag)
     pngs = sorted(p.name for p in tmp_path.glob("plot_*.png"))  # what the quickstart notebook displays, in order
     assert pngs == [p.path.name for p in key + diag]
     # Without a control: no control curves at all.
@@ -119,7 +122,7 @@ def test_report_browser_links_and_first_last(run) -> None:
     # Parent <-> child links, and every link lands on an entry of the page.
     assert f'mutation of <a href="#env-{ids["parent"]}">number_target</a>' in rows[ids["child"]]
     assert f'mutations: <a href="#env-{ids["child"]}">' in rows[ids["parent"]]
-    assert "mutation" not in rows[ids["first"]].split("</details>", 1)[1].split("</td>", 1)[0]
+    assert "mutation" not in rows[ids["first"]].split("<details>", 1)[0]
     for target in re.findall(r'href="#env-([^"]+)"', page):
         assert target in rows, f"dangling link to {target}"
 
@@ -153,3 +156,51 @@ def test_band_stats_counts_measured_envs_in_the_band() -> None:
     envs.append({"measured": False, "win_rate_no_hint": 0.5})
     assert band_stats(envs, (0.15, 0.85)) == {"env/in_band_frac": 3 / 5}
     assert band_stats([], (0.15, 0.85)) == {}
+
+
+def test_report_is_one_file_that_reads_at_4_steps_and_at_400(tmp_path: Path) -> None:
+    """Images embedded (nothing linked by path), the held-out headline, one unit per panel, equal curves drawn
+    once, gate failures as the run's totals, the whole run's steps on every axis, the agent's plays shown."""
+    from spade_jax.report.plots import BAR_PANELS, Y_RANGES, diagnostic_lines
+
+    for steps in (4, 400):
+        run_dir = tmp_path / str(steps)
+        logger = MetricsLogger(run_dir, tensorboard=False)
+        for s in range(1, steps + 1):
+            row = {
+                "rollout/win_rate_no_hint": 0.2,
+                "train/loss": 0.01 * s,
+                "train/pg_loss": 0.01 * s,
+                "perf/slot_utilisation": 0.6,
+                "perf/selfplay_tokens_per_s": 150.0,
+                "mem/host_rss_gb": 6.0,
+            }
+            if s == 1:
+                row |= {"design/failed_static": 2.0, "design/failed_step": 1.0, "design/valid_frac": 0.5}
+            if s == 3:
+                row["design/failed_static"] = 1.0
+            if s == steps:
+                row |= {"eval/win_rate": 0.375, "eval/win_rate_grid_maze": 0.5}
+            logger.log(s, row)
+        logger.close()
+        (run_dir / "transcripts.jsonl").write_text(json.dumps({
+            "step": 1, "env_id": "seed-nim_duel", "condition": "hint", "return": 1.0, "won": True, "turns": 2,
+            "end": "terminated", "text": "<|im_start|>user\nTake 1-3 stones <b>now</b><|im_end|>"}) + "\n")  # fmt: skip
+        envs = [{"id": "seed-nim_duel", "name": "nim_duel", "code": "x = 1  " * 400, "verdict_valid": True,
+                 "origin": "seed", "kind": "game"}]  # fmt: skip
+        page = write_report(run_dir, envs=envs).read_text()
+        assert 'src="plot_' not in page and page.count('src="data:image/png;base64,') >= 6
+        assert "38%" in page and f"held-out win rate, unhinted, at step {steps}" in page and "grid_maze" in page
+        assert "Agent with the hint" in page and "&lt;b&gt;now&lt;/b&gt;" in page  # escaped, shown whole
+        assert ("x = 1  " * 400).strip() in page  # the whole code, wrapped, not cut
+        rows = read_metrics(run_dir / "metrics.jsonl")
+        diag = diagnostic_lines(rows)
+        assert [line.label for line in diag["Learner loss"]] == ["train/loss = train/pg_loss"]
+        assert "perf/slot_utilisation" not in [line.label for line in diag["Throughput (tokens/s)"]]
+        assert [line.label for line in diag["Utilisation (share)"]] == ["perf/slot_utilisation"]
+        bars = next(t for t in BAR_PANELS)
+        assert {line.label: sum(line.values) for line in diag[bars]} == {"design/failed_static": 3.0,
+                                                                        "design/failed_step": 1.0}  # fmt: skip
+        assert Y_RANGES["Held-out win rate (unhinted)"] == (0.0, 1.0) and Y_RANGES["Regret (mean)"] == (-1.0, 1.0)
+    (tmp_path / "none").mkdir()
+    assert "not measured in this run" in write_report(tmp_path / "none", envs=[]).read_text()

@@ -22,14 +22,22 @@ from pathlib import Path
 import pytest
 from players import COIN_ENV
 
-VOLATILE = ("time/", "perf/", "rollout/wall_s", "rollout/policy_share", "rollout/pool_share", "rollout/episodes_per_s")
+VOLATILE = (
+    "time/",
+    "perf/",
+    "mem/",
+    "rollout/wall_s",
+    "rollout/policy_share",
+    "rollout/pool_share",
+    "rollout/episodes_per_s",
+)
 ENV = {**os.environ, "JAX_PLATFORMS": "cpu"}
 
 
 def _cmd(run_dir: Path, pool_dir: Path, *overrides: str, resume: bool = False) -> list[str]:
     return [
         sys.executable, "-m", "spade_jax.cli", "selfplay", "--preset", "tiny", "--run-dir", str(run_dir),
-        *(["--resume"] if resume else []), f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_every=0",
+        *(["--resume"] if resume else []), f"loop.pool={pool_dir}", "loop.steps=3", "loop.eval_plays=0",
         "loop.pool_envs_per_step=1", "selfplay.plays_per_condition=3", "learner.lr=3e-3", *overrides,
     ]  # fmt: skip
 

@@ -79,13 +79,13 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
     batch = batch.replace(old_logprobs=batch.sampler_logprobs + 0.3 * np.sign(batch.advantages))  # make clipping bite
     base = dict(lr=1e-3, kl_coef=0.0)
     configs = {
-        "whole": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0, attn_query_chunk=0),
+        "whole": LearnerConfig(**base, micro_batch_size=None, logits_chunk=0, attn_query_chunk=0),
         "accum": LearnerConfig(**base, micro_batch_size=2, logits_chunk=3),
         "remat": LearnerConfig(**base, grad_accum_steps=1, remat=True, remat_policy="dots", logits_chunk=4),
         # causal attention blocks: 4 unrolled blocks of 4 query rows (small: their probabilities are kept);
         # 16 blocks of 1 row are more than MAX_UNROLLED_BLOCKS, so they run as a loop of recomputed blocks of
         # LOOP_BLOCK_ROWS
-        "qchunk": LearnerConfig(**base, micro_batch_size=0, logits_chunk=0, attn_query_chunk=4),
+        "qchunk": LearnerConfig(**base, micro_batch_size=None, logits_chunk=0, attn_query_chunk=4),
         "qchunk-loop+remat": LearnerConfig(**base, micro_batch_size=2, remat=True, attn_query_chunk=1),
     }
     results = {}

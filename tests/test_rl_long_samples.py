@@ -3,8 +3,6 @@ dropped and counted by the loop (`train/dropped_too_long`), never a crash."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
@@ -29,7 +27,7 @@ def test_buckets_cover_max_total_len():
     for name, make in RUN_PRESETS.items():
         cfg = make()
         assert max(cfg.learner.length_buckets_for(cfg.max_total_len)) >= cfg.max_total_len, name
-    with pytest.raises(ValueError, match="positive"):
+    with pytest.raises(ValueError, match=r"length_buckets.*>= 1"):
         LearnerConfig(length_buckets=(0,))
     # past the largest batch bucket the row count is the next multiple of it
     assert bucket(64, DEFAULT_BATCH_BUCKETS) == 64 and bucket(65, DEFAULT_BATCH_BUCKETS) == 128
@@ -47,6 +45,7 @@ def test_split_trainable_keeps_order_and_counts():
 class _RecordingLearner:
     def __init__(self):
         self.shapes, self.model = [], None
+        self.config = LearnerConfig()
 
     def train_step(self, batch):
         self.shapes.append(batch.tokens.shape)
@@ -54,9 +53,9 @@ class _RecordingLearner:
         return {"loss": 0.0}
 
 
-def _parts(cfg: RunConfig, learner) -> SimpleNamespace:
-    return SimpleNamespace(cfg=cfg, learner=learner, tokenizer=SimpleNamespace(pad_id=0),
-                           sync_sampler=lambda: None)  # fmt: skip
+def _train(cfg: RunConfig, learner, batch) -> dict:
+    buckets = cfg.learner.length_buckets_for(cfg.max_total_len)
+    return learn.train_on(batch, learner, learn.BatchRule.of(cfg), buckets=buckets, pad_id=0, sync=lambda: None)
 
 
 def test_train_on_takes_a_sample_past_16k_tokens(monkeypatch):
@@ -66,7 +65,7 @@ def test_train_on_takes_a_sample_past_16k_tokens(monkeypatch):
     samples = [_long(16_400), _long(cfg.max_total_len + 1), _long(500, role=0)]
     monkeypatch.setattr(learn, "to_train_samples", lambda batch, *_: (list(batch), {"train/samples": 3.0}))
     learner = _RecordingLearner()
-    stats = learn.train_on(_parts(cfg, learner), samples)
+    stats = _train(cfg, learner, samples)
     assert stats["train/dropped_too_long"] == 1.0 and stats["train/skipped"] == 0.0
     assert learner.shapes == [(2, 32768)]  # one row per role
 
@@ -79,9 +78,9 @@ def test_tiny_model_drops_a_sample_longer_than_max_total_len(monkeypatch):
     too_long = Sample([3] * 200, [4] * 57, advantage=1.0, role=0)  # 257 > 256
     monkeypatch.setattr(learn, "to_train_samples", lambda batch, *_: (list(batch), {}))
     learner = Learner(_model(), cfg.learner)
-    stats = learn.train_on(_parts(cfg, learner), [*short, too_long])
+    stats = _train(cfg, learner, [*short, too_long])
     assert stats["train/dropped_too_long"] == 1.0 and stats["train/skipped"] == 0.0
     assert stats["train/tokens"] == 16.0  # the two short completions only
-    only_long = learn.train_on(_parts(cfg, learner), [too_long])
+    only_long = _train(cfg, learner, [too_long])
     assert only_long["train/dropped_too_long"] == 1.0 and only_long["train/skipped"] == 1.0
     assert pack_sequences(short, length_buckets=cfg.learner.length_buckets_for(256)).tokens.shape[1] == 128

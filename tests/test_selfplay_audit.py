@@ -135,7 +135,7 @@ def test_a_cheat_on_the_training_seeds_is_retired_and_never_trained(pool, tokeni
                                      skill="logical deduction", step=STEP, valid=True)  # fmt: skip
     envs = [PlayableEnv(e.id, cheat_source(n, e.id), "game", "logical deduction")
             for e, n in ((honest, "honest"), (cheat, name))]  # fmt: skip
-    sp.current = list(envs)
+    sp.state.current = list(envs)
     sp.attach_hints(envs, STEP)
     batch = sp.measure(envs, STEP)
     sp.close()
@@ -145,7 +145,7 @@ def test_a_cheat_on_the_training_seeds_is_retired_and_never_trained(pool, tokeni
     trained = {s.meta["env_id"] for s in batch.by_role("agent")}
     assert trained == {honest.id}  # not one play of the cheat, every unhinted play of the honest one
     assert len(batch.by_role("agent")) == PLAYS
-    assert [e.env_id for e in sp.current] == [honest.id]
+    assert [e.env_id for e in sp.state.current] == [honest.id]
     assert {r.id for r in sp.memory.archive()} >= {honest.id} and cheat.id not in {r.id for r in sp.memory.archive()}
     assert sp.memory.get(cheat.id).status == "retired" and sp.memory.summary()["retired"] == 1
     assert batch.stats["env/retired_broken"] == 1 and batch.stats["audit/inconclusive"] == 0
@@ -156,15 +156,15 @@ def test_every_step_of_a_round_is_audited(pool, tokenizer, tmp_path):
     seeds) is caught at the next one: every training episode's seed is audited, not only the round's first."""
     sp = _selfplay(tokenizer, pool, tmp_path, delay=2)
     envs = [PlayableEnv("env-late", cheat_source("noop_wins", "env-late", step=1), "game", "logical deduction")]
-    sp.current = list(envs)
+    sp.state.current = list(envs)
     sp.attach_hints(envs, 0)
     sp.open_round(0, envs, [])
     first = sp.measure(envs, 0)
     second = sp.measure(envs, 1)
     sp.close()
     assert first.stats["env/retired_broken"] == 0 and len(first.by_role("agent")) == PLAYS
-    assert second.stats["env/retired_broken"] == 1 and second.by_role("agent") == [] and sp.current == []
-    assert sp.rounds[-1].envs["env-late"].violations[0].startswith("a no-op reply wins")
+    assert second.stats["env/retired_broken"] == 1 and second.by_role("agent") == [] and sp.state.current == []
+    assert sp.state.rounds[-1].envs["env-late"].violations[0].startswith("a no-op reply wins")
 
 
 def test_a_hint_that_is_the_answer_on_the_training_seeds_earns_no_regret(pool, tokenizer, tmp_path):
@@ -186,15 +186,25 @@ def test_the_audit_of_an_honest_environment_plays_every_training_seed(pool):
     result = auditor.run([("env-honest", cheat_source("honest", "env-honest"), seeds)])["env-honest"]
     auditor.close()
     assert not result.violation and not result.inconclusive and not result.noop_won
-    assert result.episodes == PLAYS + 4 + 1  # a no-op play per seed, four random plays, one replayed
+    assert result.episodes == PLAYS + 4  # a no-op play per seed, four random plays (no agent play to replay)
 
 
 def test_an_audit_that_cannot_start_is_inconclusive_not_a_violation(pool):
-    """A sandbox that fails to load the program is the host's problem here: never held against the env."""
+    """A sandbox that cannot be had (here: the pool is closed) is the host's problem: never held against the
+    environment. A program that no longer loads is the environment's own failure."""
+    from spade_jax.sandbox.host_pool import HostPool
+    from spade_jax.sandbox.launchers import SandboxConfig
+
+    closed = HostPool(1, SandboxConfig(level="process"))
+    closed.close()
+    auditor = Auditor(closed, random_plays=3, max_turns=MAX_TURNS)
+    result = auditor.audit("env-x", cheat_source("honest", "env-x"), [1, 2, 3])
+    auditor.close()
+    assert not result.violation and result.inconclusive.startswith("unavailable")
     auditor = Auditor(pool, random_plays=3, max_turns=MAX_TURNS)
     result = auditor.audit("env-x", "this is not python (", [1, 2, 3])
     auditor.close()
-    assert not result.violation and result.inconclusive.startswith("load_error")
+    assert result.violation.startswith("load_error") and not result.inconclusive
 
 
 @pytest.mark.parametrize(("reward", "bad"), [(1, False), (-1.0, False), (0.5, False), (1.0000001, True),

@@ -118,13 +118,13 @@ def test_state_round_trip_makes_resume_exact(pool, tokenizer, tmp_path):
     a.targets(3)
     a.corpus.next()
     a.memory.positives(1)
-    a.current = [PlayableEnv("x", "src", "game", "logic", "a hint", False)]
+    a.state.current = [PlayableEnv("x", "src", "game", "logic", "a hint", False)]
     state = json.loads(json.dumps(a.get_state()))
     expect_targets, expect_doc, expect_pos = a.targets(4), a.corpus.next().id, [r.id for r in a.memory.positives(2)]
     b = _selfplay(tokenizer, pool, tmp_path / "b")
     b.set_state(state)
     assert b.targets(4) == expect_targets and b.corpus.next().id == expect_doc
-    assert [r.id for r in b.memory.positives(2)] == expect_pos and b.current == a.current
+    assert [r.id for r in b.memory.positives(2)] == expect_pos and b.state.current == a.state.current
     a.close()
     b.close()
 

@@ -123,7 +123,7 @@ def test_selfplay_step_end_to_end(pool, smollm, tmp_path):
     assert batch.stats["design/targets"] == 1
 
     # the agent played an environment (the design, or one from the archive) with and without its hint
-    assert len(sp.current) == 1 and len(batch.envs) == 1
+    assert len(sp.state.current) == 1 and len(batch.envs) == 1
     env = batch.envs[0]
     assert env["measured"] and env["n_hint"] == env["n_no_hint"] == 1
     agents = batch.by_role("agent")

@@ -185,7 +185,7 @@ def test_a_mutation_round_records_the_parent_and_the_gates_apply(pool, tokenizer
     assert len(child) == 1 and child[0].status == "valid" and child[0].mutation_of == expected
     assert child[0].name == "CodeBreaker" and child[0].measured  # played this step like any design
     assert second.stats["design/mutations"] == 1 and second.stats["design/mutation_valid_frac"] == 1.0
-    assert {e.env_id for e in sp.current} >= {child[0].id}
+    assert {e.env_id for e in sp.state.current} >= {child[0].id}
 
 
 def test_a_mutations_repair_keeps_the_parent_and_both_links(pool, tokenizer):

@@ -11,7 +11,6 @@ from __future__ import annotations
 import pytest
 from players import ReplayDesigner, bisect_or_guess
 
-from spade_jax.config.run import LoopConfig
 from spade_jax.config.selfplay import (
     CorpusConfig,
     DesignerConfig,
@@ -23,7 +22,7 @@ from spade_jax.config.selfplay import (
 )
 from spade_jax.envs.contract import contract_examples
 from spade_jax.envs.seeds import load_seed_source
-from spade_jax.run.learn import to_train_samples
+from spade_jax.run.learn import BatchRule, to_train_samples
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.cycle import PlayableEnv, SelfPlay
 from spade_jax.selfplay.regret import plateau
@@ -76,7 +75,7 @@ def test_skills_are_dealt_round_robin_with_peers():
     sp = SelfPlay(cfg, sampler=None, tokenizer=None, pool=None, corpus=None)
     first = [t.skill for t in sp.targets(6)]
     assert first == ["a", "b", "c", "a", "b", "c"]
-    sp.design_rounds = 1
+    sp.state.design_rounds = 1
     assert [t.skill for t in sp.targets(6)] == ["d", "e", "f", "d", "e", "f"]
     # never more active skills than half the designs: a skill alone in its round cannot be centred
     assert [t.skill for t in sp.targets(2)] == ["b", "b"]  # one skill a round, the second round's
@@ -89,9 +88,8 @@ def test_designer_samples_of_a_skill_all_carry_signal_and_the_drop_is_counted():
         return Sample([1], [2, 3], [1, 1], [-0.1, -0.1], role=DESIGNER, reward=reward,
                       group_id=f"designer/0/game/{skill}")  # fmt: skip
 
-    batch = SelfPlayBatch([design(0.9, "x"), design(0.3, "x"), design(0.6, "y"), design(0.6, "y")])
-    batch.designer_scale = 32.0
-    samples, stats = to_train_samples(batch, LoopConfig(role_norm="none"))
+    batch = SelfPlayBatch(designer=(design(0.9, "x"), design(0.3, "x"), design(0.6, "y"), design(0.6, "y")))
+    samples, stats = to_train_samples(batch, BatchRule(role_norm="none", designer_scale=32.0))
     assert [s.advantage for s in samples] == pytest.approx([0.3 * 32, -0.3 * 32])
     assert stats["train/designer_samples"] == 2 and stats["train/designer_dropped_frac"] == 0.5  # equal pair
 
@@ -127,7 +125,7 @@ def test_the_last_step_flushes_open_rounds(pool, tokenizer):
     sp = _selfplay(tokenizer, pool, _config(regen_interval=4, designer_delay=4))
     first, last = sp.step(0), sp.step(1, final=True)
     sp.close()
-    assert not first.by_role("designer") and len(last.by_role("designer")) == 2 and not sp.rounds
+    assert not first.by_role("designer") and len(last.by_role("designer")) == 2 and not sp.state.rounds
 
 
 def test_a_hanging_environment_is_charged_to_its_designer_not_the_agent(pool, tokenizer):
@@ -136,14 +134,14 @@ def test_a_hanging_environment_is_charged_to_its_designer_not_the_agent(pool, to
     sp = _selfplay(tokenizer, pool, _config(plays_per_condition=2))
     hangs = PlayableEnv("hangs", HANGS, "game", "logical deduction", env_hint=True)
     good = PlayableEnv("good", HIGHER_LOWER, "game", "logical deduction", env_hint=True)
-    sp.current = [hangs, good]
+    sp.state.current = [hangs, good]
     batch = sp.measure([hangs, good], step=0)
     sp.close()
     assert all(s.meta["env_id"] == "good" for s in batch.by_role("agent")) and batch.by_role("agent")
     assert all(s.reward >= 0 for s in batch.by_role("agent"))
     rows = {r["env_id"]: r for r in batch.envs}
     assert rows["hangs"]["designer_reward"] == RewardConfig().timeout_reward and rows["hangs"]["timeouts"] > 0
-    assert [e.env_id for e in sp.current] == ["good"]
+    assert [e.env_id for e in sp.state.current] == ["good"]
     assert batch.stats["rollout/timeouts_discarded"] == 4 and batch.stats["env/retired_hung"] == 1
 
 

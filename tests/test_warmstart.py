@@ -55,7 +55,7 @@ def test_warmstart_cli_saves_step_zero_and_selfplay_resumes(tmp_path: Path) -> N
     assert (run_dir / "checkpoints" / "0").exists()
 
     cont = subprocess.run([sys.executable, "-m", "spade_jax.cli", "selfplay", *common, "--resume", "loop.steps=1",
-                           "loop.eval_every=0"], env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
+                           "loop.eval_plays=0"], env=env, capture_output=True, text=True, timeout=900)  # fmt: skip
     assert cont.returncode == 0, cont.stderr[-3000:]
     rows = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [0, 1], "the warm start ran once; self-play continued from it"

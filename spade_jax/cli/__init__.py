@@ -11,6 +11,7 @@ import os
 import signal
 import sys
 
+from spade_jax.envs.text import printable_line
 from spade_jax.infra import malloc
 from spade_jax.infra.shutdown import exit_now, stop_on_signals
 
@@ -32,6 +33,7 @@ COMMANDS: dict[str, str] = {
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Builds the parser; with `only`, imports just the module that owns that command."""
     parser = argparse.ArgumentParser(prog="spade-jax", description=__doc__.splitlines()[0])
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = sorted(set(COMMANDS.values())) if only is None else [COMMANDS[only]]
     for name in modules:
@@ -45,11 +47,25 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    """The installed distribution's version (pyproject.toml's, for an editable install too)."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("spade-jax")
+    except PackageNotFoundError:  # run from a checkout that was never installed
+        return "unknown (not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     command_line = argv is None
     if command_line:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.infra.malloc)
         malloc.reexec_with_tunables()
     argv = sys.argv[1:] if argv is None else argv
+    for stream in (sys.stdout, sys.stderr):  # environment text a terminal's encoding lacks is shown escaped
+        reconfigure = getattr(stream, "reconfigure", None)
+        if callable(reconfigure):
+            reconfigure(errors="backslashreplace")
     first = next((a for a in argv if not a.startswith("-")), None)
     parser = build_parser(first if first in COMMANDS else None)
     args = parser.parse_args(argv)
@@ -72,7 +88,8 @@ def main(argv: list[str] | None = None) -> int:
             # Bad input gets one clear line, not a traceback (SPADE_JAX_TRACEBACK=1: the whole traceback).
             if os.environ.get("SPADE_JAX_TRACEBACK") == "1":
                 raise
-            print(f"spade-jax {args.command}: error: {e}", file=sys.stderr)
+            # What it quotes (file names, environment text) is shown escaped, on one line.
+            print(f"spade-jax {args.command}: error: {printable_line(e)}", file=sys.stderr)
             return 2
 
 

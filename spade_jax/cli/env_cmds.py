@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 from spade_jax.config.sandbox import LEVEL_CHOICES as SANDBOX_LEVELS
+from spade_jax.envs.text import printable_line
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -119,7 +120,7 @@ def _validate_env(args: argparse.Namespace) -> int:
         try:
             pool = HostPool(num_workers=1, sandbox=SandboxConfig(**sandbox_kwargs))
         except SandboxUnavailable as e:
-            print(f"spade-jax validate-env: error: {e}", file=sys.stderr)
+            print(f"spade-jax validate-env: error: {printable_line(e)}", file=sys.stderr)
             return 2
         try:
             verdict = validate(verdict.source, pool, archive=archive, config=config)
@@ -200,7 +201,7 @@ def _env_run(args: argparse.Namespace) -> int:
     try:
         pool = HostPool(num_workers=1, sandbox=SandboxConfig(**sandbox_kwargs))
     except SandboxUnavailable as e:
-        print(f"spade-jax env-run: error: {e}", file=sys.stderr)
+        print(f"spade-jax env-run: error: {printable_line(e)}", file=sys.stderr)
         return 2
     emit = _emit_json if args.json else _emit_text
     failed = False

@@ -14,7 +14,17 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default=None, help="a saved config.json instead of a preset")
     p.add_argument("--run-dir", default=None, help="run directory (default: runs/<preset>)")
     p.add_argument("--resume", action="store_true", help="continue from the last finished checkpoint")
+    p.add_argument(
+        "--resume-if-exists",
+        action="store_true",
+        help="resume when the run directory holds a run, else start one (a requeued or restarted job)",
+    )
     p.add_argument("--corpus", default=None, help="grounding documents: JSONL/Parquet/ArrayRecord path or glob")
+    p.add_argument(
+        "--print-config",
+        action="store_true",
+        help="print the resolved config (preset or saved config, then the overrides) as JSON and exit",
+    )
     p.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. loop.steps=8")
 
 
@@ -31,32 +41,77 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--run-dir", required=True)
     p.add_argument("--out", required=True, help="output HF directory")
     p.add_argument("--step", type=int, default=None, help="checkpoint step (default: latest)")
-    p.add_argument("--dtype", default=None, choices=("float32", "bfloat16"))
+    p.add_argument(
+        "--dtype",
+        default="bfloat16",
+        choices=("bfloat16", "float32"),
+        help="dtype of the saved weights (default bfloat16; float32 keeps a float32 run's weights exactly)",
+    )
+    p.add_argument("--overwrite", action="store_true", help="replace --out when it already holds files")
     p.set_defaults(func=_export_hf)
 
 
-def _prepare(args: argparse.Namespace):
-    """The run's config and its opened run directory; the refusals (several processes, a run directory the
-    hosts do not share) come first, before any work, then JAX joins the job."""
+def _where(args: argparse.Namespace) -> str:
+    """The run directory (default runs/<preset>); `--resume-if-exists` becomes `--resume` when it holds a run."""
+    where = args.run_dir or f"runs/{args.preset}"
+    if args.resume_if_exists and not args.resume:
+        from spade_jax.rundir.paths import run_exists
+
+        args.resume = run_exists(where)
+    return where
+
+
+def _resolve_config(args: argparse.Namespace, where: str):
+    """The run's config: the preset (or --config), or on --resume the run's saved config.json (a resumed run
+    keeps the configuration it was started with), then the overrides. Reads, never writes."""
     from spade_jax.config.run import load_run_config
-    from spade_jax.infra.distributed import initialize, process_info_from_env
-    from spade_jax.rundir.paths import open_run_dir
+    from spade_jax.rundir.paths import read_text
 
     overrides = list(args.overrides)
     if args.corpus:
         overrides.append(f"selfplay.corpus.paths={args.corpus}")
-    cfg = load_run_config(args.preset, overrides, config_file=args.config)
-    where = args.run_dir or f"runs/{args.preset}"
+    saved = None
+    if args.resume and args.config is None:
+        saved = read_text(f"{where.rstrip('/')}/config.json") if not Path(where).is_file() else None
+    if saved is not None:
+        return load_run_config(args.preset, overrides, config_text=saved, config_name=f"{where}/config.json")
+    return load_run_config(args.preset, overrides, config_file=args.config)
+
+
+def _prepare(args: argparse.Namespace):
+    """The run's config and its opened run directory. Every refusal comes first, before anything is written or
+    started: the config's values, the run directory (a file, --resume of nothing, a fresh start over a run's
+    checkpoints), the model, pool and corpus it names, several processes without a shared run directory. Then
+    JAX joins the job and the run directory is opened."""
+    from spade_jax.infra.distributed import initialize, process_info_from_env
+    from spade_jax.run.preflight import check_inputs, check_run_dir
+    from spade_jax.rundir.paths import open_run_dir
+
+    where = _where(args)
+    check_run_dir(where, resume=args.resume)
+    cfg = _resolve_config(args, where)
+    check_inputs(cfg)
     _shared_run_dir(where, process_info_from_env().num_processes)  # before JAX waits for peers
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     compile_cache()
     info = initialize()
     _shared_run_dir(where, info.num_processes)  # Cloud TPU pods: known only once JAX has found the slice
     run_dir = open_run_dir(where, host=info.process_id)  # a gs:// one: its staging copy filled from the bucket
-    if args.resume and args.config is None and (run_dir.path / "config.json").exists():
-        # A resumed run keeps the configuration it was started with (plus any new overrides).
-        cfg = load_run_config(args.preset, overrides, config_file=run_dir.path / "config.json")
     return cfg, run_dir
+
+
+def _print_config(args: argparse.Namespace) -> int:
+    """`--print-config`: the config the command would run with, as JSON on stdout; checked as a run's is (its
+    values, and the model, pool and corpus it names), and nothing is written."""
+    from spade_jax.run.preflight import check_inputs, check_run_dir
+
+    where = _where(args)
+    if args.resume:
+        check_run_dir(where, resume=True)
+    cfg = _resolve_config(args, where)
+    check_inputs(cfg)
+    print(cfg.to_json())
+    return 0
 
 
 def _shared_run_dir(run_dir: str, n: int) -> None:
@@ -100,9 +155,11 @@ def _print_summary(summary: dict) -> None:
 
 
 def _selfplay(args: argparse.Namespace) -> int:
+    if args.print_config:
+        return _print_config(args)
+    cfg, run_dir = _prepare(args)  # every refusal first, before JAX is imported
     from spade_jax.run.loop import run
 
-    cfg, run_dir = _prepare(args)
     summary = run(cfg, run_dir, resume=args.resume)
     if not run_dir.writer:  # another host than the leader of a multi-host job: the leader reports
         return 0
@@ -113,9 +170,11 @@ def _selfplay(args: argparse.Namespace) -> int:
 
 
 def _warmstart(args: argparse.Namespace) -> int:
+    if args.print_config:
+        return _print_config(args)
+    cfg, run_dir = _prepare(args)
     from spade_jax.run.loop import run
 
-    cfg, run_dir = _prepare(args)
     cfg = dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, warmstart=True, steps=0))
     summary = run(cfg, run_dir, resume=args.resume)
     if not run_dir.writer:
@@ -129,6 +188,6 @@ def _warmstart(args: argparse.Namespace) -> int:
 def _export_hf(args: argparse.Namespace) -> int:
     from spade_jax.export.hf import export_run
 
-    out = export_run(args.run_dir, args.out, step=args.step, dtype=args.dtype)
+    out = export_run(args.run_dir, args.out, step=args.step, dtype=args.dtype, overwrite=args.overwrite)
     print(f"wrote {out}", file=sys.stderr)
     return 0

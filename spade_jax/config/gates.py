@@ -56,6 +56,9 @@ class GateConfig:
     max_obs_chars: int = 20_000
     time_budget_s: float = 60.0  # dynamic gates together; a slower environment is rejected
     extract: bool = True  # run the completion parser first (bare source passes through unchanged)
+    # False: only the checks the reference makes (extract, static, load, reset, step probes); the determinism,
+    # termination, random-play, hint and novelty gates are skipped. A self-play run sets it from selfplay.signal.
+    strict: bool = True
     static: StaticConfig = field(default_factory=StaticConfig)
     novelty: NoveltyConfig = field(default_factory=NoveltyConfig)
 

@@ -5,11 +5,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
+from spade_jax.config.ranges import check_ranges
+
+__all__ = ["LOSS_AGGS", "REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
 
 SCHEDULES = ("constant", "cosine", "linear")
 REMAT_POLICY_NAMES = ("nothing", "dots")  # rl/learner.py maps them to jax.checkpoint policies
 ROLE_NORMS = ("none", "std")  # per-role scaling of the group advantages (rl/advantages.py)
+# How per-token losses become the step's loss: "token_mean" = one mean over every trained token of the batch;
+# "sample_mean_fixed" = each sample's (or episode's) token mean, summed, divided by the fixed global batch
+# (loop.global_batch), zero-advantage samples counted in it (the reference's slime loss).
+LOSS_AGGS = ("token_mean", "sample_mean_fixed")
 
 
 def length_buckets_for(max_len: int, smallest: int = 128) -> tuple[int, ...]:
@@ -38,8 +44,8 @@ class LearnerConfig:
     betas: tuple[float, float] = (0.9, 0.98)
     eps: float = 1e-8
     grad_clip: float = 1.0  # global-norm clip; 0 disables
-    micro_batch_size: int = 0  # rows per micro-batch; 0: derive from grad_accum_steps
-    grad_accum_steps: int = 1  # used when micro_batch_size is 0: micro = N / grad_accum_steps
+    micro_batch_size: int | None = None  # rows per micro-batch; None: derive from grad_accum_steps
+    grad_accum_steps: int = 1  # used when micro_batch_size is None: micro = N / grad_accum_steps
     remat: bool = False  # rematerialise each transformer block in the backward pass
     remat_policy: str = "nothing"  # nothing | dots
     logits_chunk: int = 1024  # sequence positions per log-softmax chunk (0: no chunking)
@@ -51,50 +57,32 @@ class LearnerConfig:
     # `freeze_reference()` was last called (the loop's warm start does, so it is the policy RL starts from).
     # The reference params (one more copy of the params) are kept only when kl_coef > 0.
     kl_coef: float = 0.0
+    kl_clip: float = 0.0  # the k3 term capped at this value (0: no cap; the reference's low_var_kl: 10)
+    loss_agg: str = "token_mean"
+    # The importance weight's sampler log-probs: 0 = the raw model's at the sampled token (ours: corrects numerics
+    # and staleness only); T > 0 = log softmax(logits / T) at the token, unfiltered (the reference's SGLang
+    # log-probs at its sampling temperature, 0.6), against the learner's at temperature 1.
+    tis_temperature: float = 0.0
     entropy_coef: float = 0.0
     compute_entropy: bool = True  # entropy metric (costs one extra pass over the logits)
     donate: bool = True
     length_buckets: tuple[int, ...] = ()  # learner row lengths; (): derived from the run's max_total_len
 
     def __post_init__(self) -> None:
-        self._check_ranges()
-        if any(int(b) < 1 for b in self.length_buckets):
-            raise ValueError(f"length_buckets={self.length_buckets!r}: every bucket must be positive")
-        if self.kl_coef < 0:
-            raise ValueError(f"kl_coef={self.kl_coef} must be >= 0")
+        # Each number against its range (config/ranges.py: lr in [0, 1], eps > 0, ...), here too, so that a
+        # LearnerConfig built on its own is checked as a run's is. lr 0 is allowed: a control run that does not
+        # move (benchmarks/learning.py).
+        check_ranges(self, "learner.")
+        if len(self.betas) != 2:
+            raise ValueError(f"betas={tuple(self.betas)!r}; expected two numbers in [0, 1)")
+        if self.loss_agg not in LOSS_AGGS:
+            raise ValueError(f"loss_agg={self.loss_agg!r}; expected one of {LOSS_AGGS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}; expected one of {SCHEDULES}")
         if self.remat_policy not in REMAT_POLICY_NAMES:
             raise ValueError(f"remat_policy={self.remat_policy!r}; expected one of {REMAT_POLICY_NAMES}")
-        if self.micro_batch_size < 0 or self.grad_accum_steps < 1:
-            raise ValueError("micro_batch_size must be >= 0 and grad_accum_steps >= 1")
         if self.schedule != "constant" and self.total_steps <= self.warmup_steps:
             raise ValueError(f"schedule={self.schedule!r} needs total_steps > warmup_steps")
-
-    def _check_ranges(self) -> None:
-        """Numbers outside the range where they mean anything, refused when the config is built (a negative lr
-        or an eps of 0 would otherwise run, or fail, only at the first learner step). lr 0 is allowed: a
-        control run that does not move (benchmarks/learning.py)."""
-        if not self.lr >= 0:
-            raise ValueError(f"lr={self.lr}; expected >= 0")
-        if self.warmup_steps < 0 or self.total_steps < 0:
-            raise ValueError(f"warmup_steps={self.warmup_steps}, total_steps={self.total_steps}; expected >= 0")
-        if not self.weight_decay >= 0:
-            raise ValueError(f"weight_decay={self.weight_decay}; expected >= 0")
-        if len(self.betas) != 2 or not all(0 <= b < 1 for b in self.betas):
-            raise ValueError(f"betas={tuple(self.betas)!r}; expected two numbers in [0, 1)")
-        if not self.eps > 0:
-            raise ValueError(f"eps={self.eps}; expected > 0")
-        if not self.grad_clip >= 0:
-            raise ValueError(f"grad_clip={self.grad_clip}; expected >= 0 (0 disables)")
-        if not 0 <= self.clip_low < 1 or not self.clip_high >= 0:
-            bounds = "expected 0 <= clip_low < 1 and clip_high >= 0"
-            raise ValueError(f"clip_low={self.clip_low}, clip_high={self.clip_high}; {bounds}")
-        if not self.is_cap > 0:
-            raise ValueError(f"is_cap={self.is_cap}; expected > 0")
-        if self.logits_chunk < 0 or self.attn_query_chunk < 0:
-            chunks = f"logits_chunk={self.logits_chunk}, attn_query_chunk={self.attn_query_chunk}"
-            raise ValueError(f"{chunks}; expected >= 0 (0: no chunking)")
 
     def length_buckets_for(self, max_total_len: int) -> tuple[int, ...]:
         """The configured `length_buckets`, or powers of two up to `max_total_len` (see `rl.batch`)."""

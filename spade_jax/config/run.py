@@ -11,6 +11,7 @@ from typing import Any
 from spade_jax.config.ablations import ablation_overrides
 from spade_jax.config.learner import ROLE_NORMS, LearnerConfig
 from spade_jax.config.overrides import ConfigError, apply_overrides, from_dict, to_dict
+from spade_jax.config.ranges import check_ranges
 from spade_jax.config.sandbox import LEVEL_CHOICES, SandboxLimits
 from spade_jax.config.selfplay import (
     REFERENCE_OBSERVATION_TEMPLATE,
@@ -25,6 +26,31 @@ from spade_jax.config.selfplay import (
 )
 from spade_jax.config.warmstart import WarmStartConfig
 
+BATCH_POLICIES = ("all", "reference")  # LoopConfig.batch_policy
+DTYPES = ("float32", "bfloat16", "float16")  # param_dtype, dtype (model/config.py maps them to jnp dtypes)
+MESH_AXES = ("data", "fsdp", "expert", "tensor")  # the mesh axes model/sharding.py knows
+
+
+def mesh_shape(spec: str) -> dict[str, int]:
+    """`mesh="data=2,fsdp=4"` as {axis: size} (a size of -1: the devices left); ConfigError, one line, on an
+    unknown axis, a repeated one or a size that is not a positive integer or -1."""
+    shape: dict[str, int] = {}
+    for item in (i.strip() for i in spec.split(",")):
+        if not item:
+            continue
+        axis, eq, size = (part.strip() for part in item.partition("="))
+        if not eq or not size.lstrip("-").isdigit() or int(size) == 0 or int(size) < -1:
+            raise ConfigError(f"mesh={spec!r}: {item!r} is not axis=size (e.g. data=2,fsdp=4,tensor=1; -1: the rest)")
+        if axis not in MESH_AXES:
+            raise ConfigError(f"mesh={spec!r}: unknown mesh axis {axis!r}; expected some of {', '.join(MESH_AXES)}")
+        if axis in shape:
+            raise ConfigError(f"mesh={spec!r}: axis {axis!r} given twice")
+        shape[axis] = int(size)
+    if list(shape.values()).count(-1) > 1:
+        raise ConfigError(f"mesh={spec!r}: at most one axis may be -1 (the devices left)")
+    return shape
+
+
 # Seed environments kept out of training and memory, played only by the held-out evaluation.
 HELD_OUT_SEEDS = ("grid_maze", "memory_pairs", "ledger_settle", "date_offset")
 
@@ -38,7 +64,9 @@ class LoopConfig:
     pool_envs_per_step: int = 4  # fixed pools: environments drawn per step
     held_out: tuple[str, ...] = HELD_OUT_SEEDS
     warmstart: bool = False  # supervised warm start on the seed library before step 1 (fresh runs only)
-    eval_every: int = 4  # 0 disables the held-out evaluation
+    # The held-out evaluation runs every `eval_every` steps and always at the run's last step, so every run ends
+    # with its held-out win rate (0: only at the end); `eval_plays=0` turns it off.
+    eval_every: int = 4
     eval_plays: int = 4  # episodes per held-out environment
     checkpoint_every: int = 1
     keep_checkpoints: int = 2
@@ -48,10 +76,42 @@ class LoopConfig:
     # Per-role scaling of the group advantages (rl/advantages.py ROLE_NORMS): "std" divides each role's by its
     # batch std (ours); "none" leaves them (the reference: no std, designer rewards scaled instead).
     role_norm: str = "std"
+    # Which of a step's samples one update trains on (run/learn.py): "all" (every sample with a signal) or
+    # "reference" (a fixed batch of `global_batch`: designer samples first, then the agent's in play order,
+    # duplicated up to the batch when too few, the tail cut when too many; spade_rollout.py and slime).
+    batch_policy: str = "all"
+    global_batch: int = 192
 
     def __post_init__(self) -> None:
+        if self.held_out:
+            from spade_jax.envs.seeds import check_seed_names
+
+            check_seed_names(tuple(self.held_out), "loop.held_out")
         if self.role_norm not in ROLE_NORMS:
             raise ValueError(f"loop.role_norm={self.role_norm!r}; expected one of {', '.join(ROLE_NORMS)}")
+        if self.batch_policy not in BATCH_POLICIES:
+            raise ValueError(f"loop.batch_policy={self.batch_policy!r}; expected one of {BATCH_POLICIES}")
+
+
+LOGGERS = ("tensorboard", "wandb")  # RunConfig.logger: where metrics go besides metrics.jsonl (always written)
+WANDB_MODES = ("online", "offline")
+
+
+@dataclass
+class WandbConfig:
+    """Weights & Biases (`logger=wandb` or `logger=tensorboard,wandb`; `pip install 'spade-jax[wandb]'`). A resumed
+    run continues the same W&B run (its id is kept in the run directory, `wandb_id`)."""
+
+    project: str = "spade-jax"
+    entity: str | None = None  # None: the API key's default entity
+    name: str | None = None  # None: the run directory's name
+    group: str | None = None
+    tags: tuple[str, ...] = ()
+    mode: str = "online"  # "offline": written under the run directory (`wandb/`), `wandb sync` uploads it later
+
+    def __post_init__(self) -> None:
+        if self.mode not in WANDB_MODES:
+            raise ValueError(f"wandb.mode={self.mode!r}; expected one of {', '.join(WANDB_MODES)}")
 
 
 @dataclass
@@ -73,22 +133,37 @@ class RunConfig:
     selfplay: SelfPlayConfig = field(default_factory=SelfPlayConfig)
     learner: LearnerConfig = field(default_factory=LearnerConfig)
     warmstart: WarmStartConfig = field(default_factory=WarmStartConfig)
+    # Where the step metrics go besides metrics.jsonl: "tensorboard" (tb/), "wandb", both ("tensorboard,wandb") or
+    # "none".
+    logger: str = "tensorboard"
+    wandb: WandbConfig = field(default_factory=WandbConfig)
     # The paper ablation(s) applied (config/ablations.py: `ablation=no_corpus`), recorded; their settings are in
     # the fields above. "" = none.
     ablation: str = ""
 
     def __post_init__(self) -> None:  # checked when loaded, not when the pool starts after the model loaded
         ablation_overrides(self.ablation)  # a name it does not know: ValueError
+        # Every number of every section against its declared range (config/ranges.py), whenever a RunConfig is
+        # built or changed: a preset, each override, a saved config.json.
+        check_ranges(self)
         if self.sandbox not in LEVEL_CHOICES:
             raise ValueError(f"sandbox={self.sandbox!r}; expected one of {LEVEL_CHOICES}")
-        if self.num_workers < 1:
-            raise ValueError(f"num_workers={self.num_workers}; expected >= 1")
-        if self.sessions_per_worker < 1:
-            raise ValueError(f"sessions_per_worker={self.sessions_per_worker}; expected >= 1")
-        if self.decode_slots < 1:
-            raise ValueError(f"decode_slots={self.decode_slots}; expected >= 1")
-        if not self.call_timeout_s > 0:
-            raise ValueError(f"call_timeout_s={self.call_timeout_s}; expected > 0")
+        for name in ("param_dtype", "dtype"):
+            if getattr(self, name) not in DTYPES:
+                raise ConfigError(f"{name}={getattr(self, name)!r}; expected one of {', '.join(DTYPES)}")
+        unknown = [name for name in self.loggers if name not in LOGGERS]
+        if unknown or not self.logger.strip():
+            expected = f"expected some of {', '.join(LOGGERS)} (comma-separated) or none"
+            raise ConfigError(f"logger={self.logger!r}; {expected}")
+        if self.loop.steps == 0 and not self.loop.warmstart:
+            raise ConfigError("loop.steps=0: nothing to run; expected >= 1 (0 only with loop.warmstart=true)")
+        mesh_shape(self.mesh)  # its axes and sizes (the devices are counted only when the mesh is made)
+
+    @property
+    def loggers(self) -> tuple[str, ...]:
+        """The metric loggers besides metrics.jsonl, from `logger` ("none": no other)."""
+        names = tuple(n.strip() for n in self.logger.split(",") if n.strip())
+        return () if names == ("none",) else names
 
     def to_json(self) -> str:
         return json.dumps(to_dict(self), indent=2, sort_keys=True)
@@ -118,7 +193,7 @@ def _demo() -> RunConfig:
         model="smollm2-135m",
         max_total_len=2560,  # a mutation prompt (~1.2K) and program (~0.6-0.9K)
         num_workers=4,
-        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),
+        loop=LoopConfig(steps=4, eval_every=0, warmstart=True),  # the held-out evaluation once, at the end
         warmstart=WarmStartConfig(
             epochs=2,
             lr=1e-4,
@@ -211,12 +286,17 @@ def _paper(
     designer_tokens: int = 16384,
     thinking: bool = False,
 ) -> RunConfig:
-    """The paper's recipe (cmd/games/train_spade_*.sh, cmd/tool_use/_train_spade_blend.sh) on a pod.
+    """The paper's recipe (cmd/games/train_spade_*.sh, cmd/tool_use/_train_spade_blend.sh) on a pod, trained the
+    way the reference's code trains it (issue 45; docs/recipe.md lists every point with the reference's function).
 
-    Games: 24 environments per step, 16 + 16 plays, 25 turns, 8K agent tokens per turn in a 32K episode,
-    regeneration and designer delay 4, hints of up to 4096 tokens, documents cut at 6000 words. Tool use:
-    regeneration and delay 8, hints of up to 2048 tokens, documents cut at 4000 words, KL 0.005.
-    docs/recipe.md (generated by scripts/recipe_table.py) lists every flag against these values.
+    Games: 24 environments per step, each played ceil(192 / environments) = 8 times unhinted per step and 16
+    times hinted at a regeneration step, 25 turns, 8K agent tokens per turn in a 32K episode, regeneration and
+    designer delay 4, hints of up to 4096 tokens, documents cut at 6000 words. Tool use: regeneration and delay
+    8, hints of up to 2048 tokens, documents cut at 4000 words, KL 0.005, the compact filter. The learner sees
+    a fixed global batch of 192 (designs first, then plays), each sample's token mean over that batch, KL capped
+    at 10, the importance weight against the sampler's log-probs at its temperature (0.6). The designer is
+    asked and rewarded as the reference asks and rewards it (`selfplay.signal=reference`); our sandbox, limits
+    and reply checks stay in force, and `selfplay.signal=strict` turns on our stricter signal in one override.
     """
     tool = kind == "tool"
     interval = 8 if tool else 4
@@ -227,24 +307,45 @@ def _paper(
         max_total_len=32768,
         num_workers=32,
         call_timeout_s=30.0,  # the reference's ENV_STEP_TIMEOUT
-        loop=LoopConfig(steps=400, eval_every=10, eval_plays=16, role_norm="none"),
+        loop=LoopConfig(
+            steps=400, eval_every=10, eval_plays=16, role_norm="none", batch_policy="reference", global_batch=192
+        ),  # fmt: skip
         selfplay=SelfPlayConfig(
-            plays_per_condition=16,
+            plays_per_condition=16,  # the hinted plays (--spade-hint-plays-per-game)
+            agent_batch=192,  # unhinted: ceil(192 / environments) per environment (orchestrator.collect_trajectories)
+            paired_seeds=False,
             envs_per_step=24,
             kinds=(kind,),
             skills=None if tool else PAPER_GAME_SKILLS,
             skills_per_regen=0 if tool else 3,  # 0: every skill each round
             regen_interval=interval,
             designer_delay=interval,
-            corpus=CorpusConfig(max_doc_words=4000 if tool else 6000, seed=42),
-            memory=MemoryConfig(capacity=200),
+            fill_from_archive=False,  # the reference plays fewer environments more often instead
+            signal="reference",
+            compact_filter=tool,
+            corpus=CorpusConfig(
+                max_doc_words=4000 if tool else 6000, seed=42, sampling="uniform", truncation_marker=True
+            ),  # fmt: skip
+            memory=MemoryConfig(
+                capacity=200,
+                seed_from_library=False,
+                admission="reference",
+                exemplar_fallback=False,
+                exemplar_max_chars=2000,
+            ),  # fmt: skip
             designer=DesignerConfig(
                 max_new_tokens=designer_tokens,
                 context_len=32768,
                 temperature=0.6,
                 top_p=0.95,
                 top_k=20,
-                enable_thinking=thinking,
+                # The reference's corpus-grounded designer prompt renders without the per-role thinking switch,
+                # so its designer never thinks, 8B included (corpus_orchestrator.py, apply_template(messages)).
+                enable_thinking=False,
+                # Games: the reference's corpus-grounded prompt and interactive spec; tool use keeps ours.
+                prompt="ours" if tool else "reference",
+                contract="full" if tool else "interactive",
+                resample_fresh_prompt=True,
                 # mutation_share stays 0: the paper has no mutation designs. An ACCEL-style curriculum operator
                 # (and its ablation): selfplay.designer.mutation_share=0.25 (mutation_parents picks the parents).
             ),
@@ -254,7 +355,7 @@ def _paper(
                 top_p=0.9,
                 top_k=0,
                 max_new_tokens=2048 if tool else 4096,
-                enable_thinking=thinking,
+                enable_thinking=False,  # the reference's SelfHintGenerator renders without the thinking switch
             ),
             rollout=RolloutConfig(
                 max_turns=25,
@@ -264,10 +365,15 @@ def _paper(
                 top_p=0.95,
                 top_k=20,
                 enable_thinking=thinking,
+                thinking_turns="rerender" if thinking else "sequence",
+                hinted_enable_thinking=False,  # _play_game_with_hint_async renders with the default kwargs
                 observation_template=REFERENCE_OBSERVATION_TEMPLATE,
                 action_parsing="reference",
+                no_eos="end",
+                step_error="terminal_penalty",
+                respect_game_max_turns=True,
             ),
-            reward=RewardConfig(kind="blend", lp_gamma_fast=0.98, lp_gamma_slow=0.85),
+            reward=RewardConfig(kind="blend", lp_gamma_fast=0.98, lp_gamma_slow=0.85, plateau_stat="mean_return"),
         ),
         learner=LearnerConfig(
             lr=1e-6,
@@ -277,6 +383,9 @@ def _paper(
             clip_low=0.2,
             clip_high=0.28,
             kl_coef=kl_coef,
+            kl_clip=10.0,
+            loss_agg="sample_mean_fixed",
+            tis_temperature=0.6,
             entropy_coef=0.0,
             remat=True,
             grad_accum_steps=8,
@@ -289,8 +398,9 @@ RUN_PRESETS = {
     "tiny": _tiny,
     # cmd/games/train_spade_4b.sh: Qwen3-4B-Instruct-2507 (no thinking mode), KL 0.
     "paper-qwen3-4b": lambda: _paper("qwen3-4b-instruct-2507"),
-    # cmd/games/train_spade_8b.sh: Qwen3-8B thinking in both roles (hints too: the template's default), 20K
-    # designer tokens, KL 0.005.
+    # cmd/games/train_spade_8b.sh: Qwen3-8B, the agent thinking (each turn re-rendered, its own sample), the
+    # designer, hints and hinted plays not (the reference's code, whatever its flags say), 20K designer tokens,
+    # KL 0.005.
     "paper-qwen3-8b": lambda: _paper("qwen3-8b", kl_coef=0.005, designer_tokens=20000, thinking=True),
     # cmd/games/train_spade_30b.sh: KL 0, thinking off.
     "paper-qwen3-30b-a3b": lambda: _paper("qwen3-30b-a3b-instruct-2507"),
@@ -316,11 +426,19 @@ def _read_config_file(path: Path) -> str:
         raise ConfigError(f"config file {path} cannot be read ({e.strerror or e})") from None
 
 
-def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str | Path | None = None) -> RunConfig:
-    """A preset (or a saved config.json) with `key=value` overrides; one-line ConfigError on bad input."""
-    if config_file is not None:
-        path = Path(config_file)
-        text = _read_config_file(path)
+def load_run_config(
+    preset: str,
+    overrides: list[str] = (),
+    *,
+    config_file: str | Path | None = None,
+    config_text: str | None = None,
+    config_name: str = "config.json",
+) -> RunConfig:
+    """A preset, a saved config.json (`config_file`, or its text `config_text`, e.g. read from a bucket, named
+    `config_name` in errors) with `key=value` overrides; one-line ConfigError on bad input."""
+    if config_file is not None or config_text is not None:
+        path = Path(config_file) if config_file is not None else config_name
+        text = _read_config_file(Path(config_file)) if config_file is not None else config_text
         try:
             cfg = RunConfig.from_json(text)
         except (json.JSONDecodeError, TypeError, ValueError) as e:
@@ -332,12 +450,10 @@ def load_run_config(preset: str, overrides: list[str] = (), *, config_file: str 
     cfg = apply_overrides(cfg, list(overrides))
     try:  # re-run the sub-configs' own validation after overrides
         cfg = dataclasses.replace(cfg, learner=dataclasses.replace(cfg.learner))
+    except ConfigError:
+        raise
     except ValueError as e:
         raise ConfigError(f"learner: {e}") from None
-    if cfg.loop.steps < 0 or cfg.num_workers < 1:
-        raise ConfigError("loop.steps must be >= 0 and num_workers >= 1")
-    if cfg.sessions_per_worker < 1:
-        raise ConfigError(f"sessions_per_worker={cfg.sessions_per_worker}; expected >= 1")
     if cfg.selfplay.rollout.tool_format not in TOOL_FORMATS:
         fmt = cfg.selfplay.rollout.tool_format
         raise ConfigError(f"selfplay.rollout.tool_format={fmt!r}; expected one of {TOOL_FORMATS}")

@@ -16,6 +16,7 @@ from spade_jax.config.gates import GateConfig
 
 __all__ = [
     "REFERENCE_OBSERVATION_TEMPLATE",
+    "SIGNALS",
     "AuditConfig",
     "CorpusConfig",
     "DesignerConfig",
@@ -48,6 +49,19 @@ class CorpusConfig:
     max_doc_words: int = 6000
     max_doc_tokens: int = 0
     min_doc_chars: int = 200
+    # "epochs": a seeded shuffle, reshuffled every epoch (no document twice in an epoch); "uniform": the
+    # reference's independent uniform draw per designer attempt (spade/core/corpus.py, rng.sample(docs, 1)).
+    sampling: str = "epochs"
+    # The reference appends "\n[Document truncated at ~N words]" to a document cut at max_doc_words.
+    truncation_marker: bool = False
+
+    def __post_init__(self) -> None:
+        if self.sampling not in CORPUS_SAMPLINGS:
+            raise ValueError(f"corpus.sampling={self.sampling!r}; expected one of {CORPUS_SAMPLINGS}")
+
+
+CORPUS_SAMPLINGS = ("epochs", "uniform")
+ADMISSIONS = ("running", "reference")  # MemoryConfig.admission
 
 
 @dataclass
@@ -71,8 +85,17 @@ class MemoryConfig:
     # Novelty: a copy with other difficulty constants is archived as a parameter variant while its family holds at
     # most this many programs (gates/novelty.py); 0: it is a duplicate (the default; small models: a few).
     max_param_variants: int = 0
+    # What the memory knows of an environment's difficulty: "running" = its window's figures, updated at every
+    # step it is played (ours); "reference" = written once, after its regeneration step's plays, with that
+    # step's share of positive returns and regret, never updated (spade_rollout.py, _ENV_MEMORY.add).
+    admission: str = "running"
+    # Exemplars of another skill or kind when the target's has none, and unmeasured seeds standing in for
+    # positives (ours); False: the target's kind and skill only, measured entries only (the reference's).
+    exemplar_fallback: bool = True
 
     def __post_init__(self) -> None:
+        if self.admission not in ADMISSIONS:
+            raise ValueError(f"memory.admission={self.admission!r}; expected one of {ADMISSIONS}")
         if self.max_param_variants < 0:
             raise ValueError(f"memory.max_param_variants={self.max_param_variants}; expected >= 0")
         if self.seed_difficulty not in SEED_DIFFICULTIES:
@@ -86,7 +109,8 @@ class MemoryConfig:
 SEED_DIFFICULTIES = ("default", "easiest")  # MemoryConfig.seed_difficulty
 ON_INVALID = ("resample", "repair")
 MUTATION_PARENTS = ("band_then_regret", "band", "regret")  # DesignerConfig.mutation_parents
-CONTRACTS = ("full", "short", "gym")  # DesignerConfig.contract (the texts: spade_jax.envs.contract.CONTRACTS)
+CONTRACTS = ("full", "short", "gym", "interactive")  # DesignerConfig.contract (spade_jax.envs.contract.CONTRACTS)
+DESIGNER_PROMPTS = ("ours", "reference")  # DesignerConfig.prompt
 
 
 @dataclass
@@ -128,8 +152,19 @@ class DesignerConfig:
     # "gym": the paper's plain reset()/step() classes (spade_jax.envs.formats). The gates take either from any.
     contract: str = "full"
     mutation_contract: bool = True  # False: mutation prompts leave the contract out (the parent shows it)
+    # The prompt's layout: "ours" (contract, task, document, exemplars, closing rules) or "reference" (the
+    # reference's corpus-grounded prompt: a one-sentence system prompt, the document, the contract, the target
+    # skill with its DIFFICULTY, the memory's exemplars last; prompts/corpus_template.py).
+    prompt: str = "ours"
+    difficulty: str = "medium"  # the reference prompt's DIFFICULTY (easy: 2+ steps; medium, hard: 3+)
+    # A resample draws a new grounding document and new exemplars (the reference's); False: the same prompt.
+    resample_fresh_prompt: bool = False
 
     def __post_init__(self) -> None:
+        if self.prompt not in DESIGNER_PROMPTS:
+            raise ValueError(f"designer.prompt={self.prompt!r}; expected one of {DESIGNER_PROMPTS}")
+        if self.difficulty not in ("easy", "medium", "hard"):
+            raise ValueError(f"designer.difficulty={self.difficulty!r}; expected easy, medium or hard")
         if not 0.0 <= self.mutation_share <= 1.0:
             raise ValueError(f"designer.mutation_share={self.mutation_share}; expected a fraction in [0, 1]")
         if self.mutation_parents not in MUTATION_PARENTS:
@@ -175,6 +210,9 @@ class HintConfig:
 
 TOOL_FORMATS = ("auto", "text")  # RolloutConfig.tool_format
 ACTION_PARSINGS = ("raw", "reference")  # RolloutConfig.action_parsing
+NO_EOS = ("step", "end")  # RolloutConfig.no_eos
+STEP_ERRORS = ("discard", "terminal_penalty")  # RolloutConfig.step_error
+THINKING_TURNS = ("sequence", "rerender")  # RolloutConfig.thinking_turns
 
 
 @dataclass
@@ -202,8 +240,26 @@ class RolloutConfig:
     max_consecutive_format_errors: int | None = None
     system_prompt: str | None = None
     tool_stop_strings: tuple[str, ...] = ("</tool_call>", "</answer>")
+    # A reply that hit its token limit without an end token: "step" = the environment gets it (ours); "end" = the
+    # episode ends there, truncated, return 0, the reply trained (the reference's unhinted plays; its hinted plays
+    # do not check, so hinted plays always step).
+    no_eos: str = "step"
+    # step() raised or returned garbage: "discard" = the play is dropped (ours); "terminal_penalty" = reward -1,
+    # terminated, trained like any play (the reference's SyntheticGameEnv.step).
+    step_error: str = "discard"
+    # With enable_thinking: "sequence" = one growing token sequence per episode, earlier think blocks kept;
+    # "rerender" = each turn's prompt rendered from the messages by the chat template (which drops earlier think
+    # blocks) and each turn its own sample (the reference's 8B thinking actor).
+    thinking_turns: str = "sequence"
+    hinted_enable_thinking: bool | None = None  # the hinted plays' thinking (None: enable_thinking)
+    # False: the environment is built with max_turns=self.max_turns (ours); True: with its own defaults (the
+    # reference's respect_game_max_turns), the episode still cut at max_turns replies.
+    respect_game_max_turns: bool = False
 
     def __post_init__(self) -> None:  # checked here too, not only when the rollout engine is built mid-run
+        for name, allowed in (("no_eos", NO_EOS), ("step_error", STEP_ERRORS), ("thinking_turns", THINKING_TURNS)):
+            if getattr(self, name) not in allowed:
+                raise ValueError(f"rollout.{name}={getattr(self, name)!r}; expected one of {allowed}")
         if self.action_parsing not in ACTION_PARSINGS:
             raise ValueError(f"rollout.action_parsing={self.action_parsing!r}; expected one of {ACTION_PARSINGS}")
         if self.tool_format not in TOOL_FORMATS:
@@ -211,6 +267,8 @@ class RolloutConfig:
 
 
 REWARD_KINDS = ("blend", "regret", "solve_band", "learning_progress")
+PLATEAU_STATS = ("win_rate", "mean_return")  # RewardConfig.plateau_stat
+SIGNALS = ("strict", "reference")  # SelfPlayConfig.signal
 
 
 @dataclass
@@ -227,10 +285,15 @@ class RewardConfig:
     lp_gamma_fast: float = 0.98
     lp_gamma_slow: float = 0.85
     min_plays_fraction: float = 0.5
-    timeout_reward: float = -0.5
+    timeout_reward: float = -0.5  # strict signal only (SelfPlayConfig.signal)
     violation_reward: float = -0.5  # an environment that broke its contract on the training seeds (audit.py)
+    # What the plateau reads over the window's unhinted plays: the share of wins (ours) or the mean raw return
+    # (the reference's recompute_delayed_env_rewards_blend: partial rewards and a crashing step's -1 count).
+    plateau_stat: str = "win_rate"
 
     def __post_init__(self) -> None:
+        if self.plateau_stat not in PLATEAU_STATS:
+            raise ValueError(f"reward.plateau_stat={self.plateau_stat!r}; expected one of {PLATEAU_STATS}")
         if self.kind not in REWARD_KINDS:
             raise ValueError(f"reward.kind={self.kind!r}; expected one of {REWARD_KINDS}")
         if not 0.0 <= self.lp_gamma_slow < self.lp_gamma_fast <= 1.0:
@@ -267,6 +330,14 @@ def _check_kinds(kinds: tuple[str, ...]) -> None:
 class SelfPlayConfig:
     """Everything the self-play half needs; `plays_per_condition` = K hinted and K unhinted plays per env.
 
+    `agent_batch` > 0 plays each environment ceil(agent_batch / environments) times unhinted per step instead
+    (the reference: its global batch of 192 over 24 games, 8 each); `paired_seeds` gives hinted play k the reset
+    seed of unhinted play k (ours; the reference draws them apart). `signal` says which designs are trained and
+    at what reward: "strict" (ours: every gate, the training-seed audit, the hint-leak check, hangs and broken
+    contracts charged, too few plays scored 0) or "reference" (the reference's validation and blend arithmetic;
+    our sandbox, limits and reply checks stay in force either way). `compact_filter`: a play that did not end by
+    termination is kept in the batch with no trained token (the reference's tool recipe).
+
     Designs are made every `regen_interval` steps (a round). `skills_per_regen` skills are active per round
     (rotating round-robin over the configured (kind, skill) pairs, 0 = all) and the round's designs are
     assigned to them in turn, so each skill gets several designs to be compared with. The hinted plays run
@@ -291,6 +362,10 @@ class SelfPlayConfig:
     designer_reward_scale: float = 0.0
     designer_reward_scale_max: float = 50.0
     fill_from_archive: bool = True
+    agent_batch: int = 0
+    paired_seeds: bool = True
+    signal: str = "strict"
+    compact_filter: bool = False
     seed: int = 0  # the run seed: a run sets it to loop.seed (`seeded`); every stream derives from it by name
     corpus: CorpusConfig = field(default_factory=CorpusConfig)
     memory: MemoryConfig = field(default_factory=MemoryConfig)
@@ -321,7 +396,20 @@ class SelfPlayConfig:
             raise ValueError("regen_interval must be >= 1, designer_delay and skills_per_regen >= 0")
         if self.designer_reward_scale < 0:
             raise ValueError("designer_reward_scale must be >= 0 (0: automatic)")
+        if self.signal not in SIGNALS:
+            raise ValueError(f"selfplay.signal={self.signal!r}; expected one of {SIGNALS}")
         _check_kinds(self.kinds)
+
+    @property
+    def strict(self) -> bool:
+        """True under our signal (see the class doc)."""
+        return self.signal == "strict"
+
+    def unhinted_plays(self, envs: int) -> int:
+        """Unhinted plays per environment in a step that plays `envs` environments."""
+        if self.agent_batch > 0 and envs > 0:
+            return -(-self.agent_batch // envs)
+        return self.plays_per_condition
 
     def replace(self, **changes) -> SelfPlayConfig:
         """Copy with top-level fields changed."""

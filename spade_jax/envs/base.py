@@ -15,7 +15,7 @@ import random
 import re
 from typing import Any
 
-from spade_jax.envs.outcome import is_win
+from spade_jax.envs.outcome import is_win, reward_problem
 from spade_jax.envs.parsing import (
     TOOL_CLOSE,
     TOOL_OPEN,
@@ -169,11 +169,9 @@ class TextEnv:
         obs, reward, done = result
         if not isinstance(obs, str):
             raise ContractError(f"{hook}() observation must be str, got {type(obs).__name__}")
-        if isinstance(reward, bool) or not isinstance(reward, int | float):
-            raise ContractError(f"{hook}() reward must be a number, got {type(reward).__name__}")
-        if not -1.0 <= reward <= 1.0:  # NaN fails too; ints compare exactly, so 10**400 never reaches float()
-            shown = reward if isinstance(reward, float) or abs(reward) < 10**15 else f"int ({len(str(reward))} digits)"
-            raise ContractError(f"{hook}() reward {shown} is outside [-1, 1]")
+        problem = reward_problem(reward)  # the one definition (envs/outcome.py)
+        if problem:
+            raise ContractError(f"{hook}() {problem}")
         reward = float(reward)
         if not isinstance(done, bool):
             raise ContractError(f"{hook}() done flag must be bool, got {type(done).__name__}")

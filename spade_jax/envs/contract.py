@@ -13,7 +13,8 @@ from pathlib import Path
 from spade_jax.envs.base import KINDS
 
 __all__ = [
-    "ALLOWED_IMPORTS", "CONTRACTS", "CONTRACT_TEXT", "CONTRACT_TEXT_GYM", "CONTRACT_TEXT_SHORT", "KINDS", "SKILLS",
+    "ALLOWED_IMPORTS", "CONTRACTS", "CONTRACT_TEXT", "CONTRACT_TEXT_GYM", "CONTRACT_TEXT_INTERACTIVE",
+    "CONTRACT_TEXT_SHORT", "KINDS", "SKILLS",
     "TOOL_DOMAINS", "class_attrs", "contract_examples", "contract_text", "str_attrs",
 ]  # fmt: skip
 
@@ -24,7 +25,11 @@ CONTRACT_SHORT_PATH = Path(__file__).with_name("contract_short.md")
 CONTRACT_TEXT_SHORT: str = CONTRACT_SHORT_PATH.read_text(encoding="utf-8")
 # The paper's Gym-style format (spade_jax.envs.formats), in about as many tokens as the short text.
 CONTRACT_TEXT_GYM: str = Path(__file__).with_name("contract_gym.md").read_text(encoding="utf-8")
-CONTRACTS: dict[str, str] = {"full": CONTRACT_TEXT, "short": CONTRACT_TEXT_SHORT, "gym": CONTRACT_TEXT_GYM}
+# The reference's interactive-game requirements (its INTERACTIVE_SPEC, prompts/corpus_template.py), in our words:
+# a Gym-style class, a boxed command each turn, hidden state, partial reward, termination only at the goal.
+CONTRACT_TEXT_INTERACTIVE: str = Path(__file__).with_name("contract_interactive.md").read_text(encoding="utf-8")
+CONTRACTS: dict[str, str] = {"full": CONTRACT_TEXT, "short": CONTRACT_TEXT_SHORT, "gym": CONTRACT_TEXT_GYM,
+                             "interactive": CONTRACT_TEXT_INTERACTIVE}  # fmt: skip
 
 # The nine cognitive skills of the SPADE games setting.
 SKILLS: tuple[str, ...] = (
@@ -73,7 +78,8 @@ ALLOWED_OWN_MODULES: tuple[str, ...] = ("spade_jax.envs.base",)
 
 
 def contract_text(name: str = "full") -> str:
-    """The contract text called `name` ("full", "short" or "gym"); ValueError naming the known ones otherwise."""
+    """The contract text called `name` ("full", "short", "gym" or "interactive"); ValueError naming the known
+    ones otherwise."""
     if name not in CONTRACTS:
         raise ValueError(f"unknown contract {name!r}; expected one of {tuple(CONTRACTS)}")
     return CONTRACTS[name]

@@ -25,6 +25,7 @@ import re
 from dataclasses import dataclass
 
 from spade_jax.envs.contract import KINDS, SKILLS, class_attrs, str_attrs
+from spade_jax.envs.text import safe_label
 
 __all__ = [
     "FORMATS",
@@ -178,10 +179,12 @@ def env_meta(source: str, where: str, *, default_name: str = "") -> EnvMeta:
     tree = _parse(source)
     if tree is None:
         class_attrs(source, where)  # raises the parse error, worded once
+    default_name = safe_label(default_name)  # names and skills end up in SQLite, logs and terminals: plain text
     if _imports_own_base(tree):
         attrs = class_attrs(source, where)
         cls = next((n.name for n in tree.body if isinstance(n, ast.ClassDef)), "")
-        return EnvMeta("ours", attrs["KIND"], attrs.get("SKILL", ""), attrs.get("NAME") or default_name, cls)
+        name = safe_label(attrs.get("NAME") or "") or default_name
+        return EnvMeta("ours", attrs["KIND"], safe_label(attrs.get("SKILL", "")), name, cls)
     node = _env_class(tree)
     if node is None:
         raise ValueError(f"{where}: no environment class (a class with reset() and step())")
@@ -189,5 +192,5 @@ def env_meta(source: str, where: str, *, default_name: str = "") -> EnvMeta:
     segment = ast.get_source_segment(source, node) or ""
     kind = "tool" if any(m in segment for m in _TOOL_MARKERS) else "game"
     kind = attrs["KIND"] if attrs.get("KIND") in KINDS else kind
-    name = attrs.get("NAME") or default_name or _snake(node.name.removesuffix("Env") or node.name)
-    return EnvMeta("gym", kind, attrs.get("SKILL", ""), name, node.name)
+    name = safe_label(attrs.get("NAME") or "") or default_name or _snake(node.name.removesuffix("Env") or node.name)
+    return EnvMeta("gym", kind, safe_label(attrs.get("SKILL", "")), name, node.name)

@@ -9,27 +9,34 @@
     corpora or a second player and are not adapted;
   * a directory: every `*.py` environment file in it, of either contract (ours or the paper's Gym-style
     classes, `spade_jax.envs.formats`); or a directory in the layout of the paper's released pool and of
-    `spade-jax export-envs` (`games/game_*.py`, `manifest.jsonl`, `checksums.sha256`): the checksums are
-    verified when present (a damaged or missing file is one error line naming it) and the manifest's kind,
-    skill and name are used when present.
+    `spade-jax export-envs` (`games/game_*.py`, `manifest.jsonl`, `checksums.sha256`), read as untrusted
+    input (`pool_files`: regular files inside the pool only, size-bounded; with checksums every game must be
+    listed and match; a bad entry is one error line naming it), the manifest's kind, skill and name used.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
-import re
 from collections import Counter
 from dataclasses import replace
 from pathlib import Path
 
+from spade_jax.envs.pool_files import CHECKSUMS, MANIFEST, MAX_META_BYTES, read_checksums, read_pool_dir, read_regular
 from spade_jax.envs.source import EnvSource
 
-__all__ = ["POOLS", "RG_TASKS", "load_pool", "reasoning_gym_sources", "verify_checksums"]
+__all__ = [
+    "CHECKSUMS",
+    "MANIFEST",
+    "POOLS",
+    "RG_TASKS",
+    "check_pool",
+    "load_pool",
+    "reasoning_gym_sources",
+    "verify_checksums",
+]
 
 POOLS = ("seeds", "reasoning_gym", "textarena")
 _HERE = Path(__file__).resolve().parent
-MANIFEST, CHECKSUMS = "manifest.jsonl", "checksums.sha256"  # the released pool's layout
 RG_POOL_SEED = 10_000  # training items; the eval suite uses seeds >= 9_000_000
 RG_SKILLS = {
     "basic_arithmetic": "mathematical reasoning",
@@ -58,66 +65,38 @@ RG_TASKS = tuple(RG_SKILLS)
 
 
 def _from_files(paths: list[Path], manifest: dict[str, dict] | None = None) -> list[EnvSource]:
-    """One environment per file, of either contract; manifest rows (by file name) override what the source says."""
-    specs = [EnvSource.from_file(path, row=(manifest or {}).get(path.name)) for path in paths]
-    counts = Counter(s.name for s in specs)  # two files with one NAME (say, mutations) keep their file names
-    return [replace(s, name=p.stem) if counts[s.name] > 1 else s for s, p in zip(specs, paths)]
+    """One environment per (trusted, packaged) file, of either contract."""
+    return _named([EnvSource.from_file(path, row=(manifest or {}).get(path.name)) for path in paths])
 
 
-def _read_manifest(root: Path) -> dict[str, dict]:
-    """`manifest.jsonl` rows by the file name they describe (key `file`, `path`, `filename` or `game_file`)."""
-    path = root / MANIFEST
-    if not path.is_file():
-        return {}
-    rows: dict[str, dict] = {}
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ValueError(f"{path}: line {n} is not JSON ({e.msg})") from None
-        ref = next((row[k] for k in ("file", "path", "filename", "game_file") if isinstance(row, dict)
-                    and isinstance(row.get(k), str)), None)  # fmt: skip
-        if ref:
-            rows[Path(ref).name] = row
-    return rows
+def _named(specs: list[EnvSource]) -> list[EnvSource]:
+    """Two files with one NAME (say, mutations) keep their file names."""
+    counts = Counter(s.name for s in specs)
+    return [replace(s, name=s.path.stem) if counts[s.name] > 1 and s.path else s for s in specs]
 
 
 def verify_checksums(root: Path) -> int:
     """Checks every file `checksums.sha256` lists (`sha256sum` format) against its digest; the count checked.
-    ValueError naming the first file that is missing, damaged or outside `root`."""
-    path = root / CHECKSUMS
-    if not path.is_file():
-        return 0
-    checked = 0
-    for n, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        m = re.fullmatch(r"([0-9a-fA-F]{64}) [ *](.+)", line.strip())
-        if m is None:
-            raise ValueError(f"{path}: line {n} is not '<sha256>  <file>'")
-        digest, rel = m.group(1).lower(), m.group(2)
-        target = (root / rel).resolve()
-        if not target.is_relative_to(root.resolve()):
-            raise ValueError(f"{path}: line {n} names {rel!r}, outside the pool directory")
-        if not target.is_file():
-            raise ValueError(f"{root}: {rel} is listed in {CHECKSUMS} but missing")
-        if hashlib.sha256(target.read_bytes()).hexdigest() != digest:
+    ValueError naming the first file that is missing, damaged, not a regular file or outside `root`."""
+    listed = read_checksums(Path(root)) or {}
+    for rel, digest in listed.items():
+        try:
+            data = read_regular(Path(root), rel, MAX_META_BYTES)
+        except ValueError as e:
+            if "is missing" in str(e):
+                raise ValueError(f"{root}: {rel} is listed in {CHECKSUMS} but missing") from None
+            raise
+        if hashlib.sha256(data).hexdigest() != digest:
             raise ValueError(f"{root}: {rel} does not match its checksum in {CHECKSUMS} (damaged or edited)")
-        checked += 1
-    return checked
+    return len(listed)
 
 
 def _from_dir(path: Path) -> list[EnvSource]:
-    """A flat directory of environment files, or the released layout (games/, manifest, checksums)."""
-    games = path / "games"
-    files_dir = games if games.is_dir() else path
-    files = sorted(p for p in files_dir.glob("*.py") if not p.name.startswith("_"))
-    if not files:
-        raise ValueError(f"pool directory {path} has no .py environment files")
-    verify_checksums(path)
-    return _from_files(files, _read_manifest(path))
+    """A flat directory of environment files, or the released layout (games/, manifest, checksums), read as
+    untrusted input (`pool_files.read_pool_dir`: regular files inside the pool only, size-bounded, every game
+    listed in the checksums when there are any)."""
+    files, manifest = read_pool_dir(path)
+    return _named([EnvSource.from_bytes(f.data, f.path, row=manifest.get(f.path.name)) for f in files])
 
 
 def _rg_check_source() -> str:
@@ -172,6 +151,23 @@ def reasoning_gym_sources(items_per_task: int = 64, seed: int = RG_POOL_SEED) ->
         source = _RG_TEMPLATE.format(task=task, check=check, items=items, cls=cls, skill=RG_SKILLS[task])
         specs.append(EnvSource(f"rg_{task}", source, "reasoning", RG_SKILLS[task]))
     return specs
+
+
+def check_pool(name_or_dir: str) -> None:
+    """Raises the one-line error `load_pool` would, without generating a named pool's items: an unknown name, a
+    folder that does not exist or holds no environment file, a released-layout folder whose files do not match
+    their checksums. A run calls it before it starts."""
+    if name_or_dir in POOLS:
+        if name_or_dir == "reasoning_gym":
+            import importlib.util
+
+            if importlib.util.find_spec("reasoning_gym") is None:
+                raise FileNotFoundError("loop.pool=reasoning_gym needs reasoning-gym: pip install 'spade-jax[eval]'")
+        return
+    path = Path(name_or_dir).expanduser()
+    if not path.is_dir():
+        raise ValueError(f"unknown pool {name_or_dir!r}: give one of {', '.join(POOLS)} or a directory of .py files")
+    _from_dir(path)
 
 
 def load_pool(name_or_dir: str) -> list[EnvSource]:

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from spade_jax.envs.contract import KINDS
 from spade_jax.envs.formats import complete_imports, env_meta, skill_from_filename
+from spade_jax.envs.text import printable, safe_label
 
 __all__ = ["EnvSource"]
 
@@ -35,13 +36,20 @@ class EnvSource:
     def from_file(cls, path: Path, *, name: str | None = None, row: Mapping | None = None) -> EnvSource:
         """The environment in `path`; `row` (a manifest row) overrides kind, skill and name when it has them;
         `name` fixes the name (else the manifest's, the source's NAME, or the file stem)."""
+        return cls.from_bytes(path.read_bytes(), path, name=name, row=row)
+
+    @classmethod
+    def from_bytes(cls, data: bytes, path: Path, *, name: str | None = None, row: Mapping | None = None) -> EnvSource:
+        """The environment whose program is `data` (read from `path` by the caller, e.g. `pool_files`); as
+        `from_file`. Names and skills, wherever they come from, are plain one-line text (`text.safe_label`)."""
+        where = printable(str(path)).replace("\n", "\\n")
         try:
-            source = path.read_text(encoding="utf-8")
+            source = data.decode("utf-8")
         except UnicodeDecodeError as e:
-            raise ValueError(f"{path}: not UTF-8 text ({e.reason} at byte {e.start})") from None
-        meta = env_meta(source, str(path), default_name=path.stem)
-        row = row or {}
+            raise ValueError(f"{where}: not UTF-8 text ({e.reason} at byte {e.start})") from None
+        meta = env_meta(source, where, default_name=path.stem)
+        row = row if isinstance(row, Mapping) else {}
         kind = row["kind"] if row.get("kind") in KINDS else meta.kind
-        skill = str(row.get("skill") or meta.skill or skill_from_filename(path.stem))
-        name = name or str(row.get("name") or meta.name)
+        skill = safe_label(row.get("skill") or "") or meta.skill or skill_from_filename(path.stem)
+        name = safe_label(name or row.get("name") or "") or meta.name
         return cls(name, complete_imports(source), kind, skill, meta.contract, path)

@@ -2,7 +2,8 @@
 
 `valid_text` makes a string valid UTF-8 (JSON's `\\udc80` escapes decode to lone surrogates, which the
 tokenizer, SQLite and `print` refuse); `clean_value` does it for a whole decoded value and bounds its nesting;
-`printable` is the one escape for environment text shown on a terminal. Nothing here raises on text.
+`printable` is the one escape for environment text shown on a terminal; `safe_label` makes a name or skill that
+came from a file, a manifest or a program's attributes one short line of plain text. Nothing here raises on text.
 """
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-__all__ = ["MAX_DEPTH", "clean_value", "printable", "valid_text"]
+__all__ = ["MAX_DEPTH", "clean_value", "printable", "printable_line", "safe_label", "valid_text"]
 
 MAX_DEPTH = 32  # nesting levels a reply value may have (ToolEnv's tool schemas need ~7)
 _SURROGATES = re.compile("[\ud800-\udfff]")
@@ -60,3 +61,20 @@ def printable(text: Any, *, json_escapes: bool = False) -> str:
         return f"\\x{code:02x}" if code < 0x100 and not json_escapes else f"\\u{code:04x}"
 
     return _CONTROLS.sub(escape, valid_text(text))
+
+
+def safe_label(text: Any, *, limit: int = 200) -> str:
+    """`text` as a label that every store and terminal takes (a name, a skill): valid UTF-8, no control
+    characters (each becomes a space), one line of at most `limit` characters, whitespace collapsed."""
+    try:
+        text = text if isinstance(text, str) else str(text)
+    except Exception:
+        return ""
+    text = _CONTROLS.sub(" ", valid_text(text))
+    return " ".join(text.split())[:limit]
+
+
+def printable_line(text: Any) -> str:
+    """`printable(text)` on one line (newlines and tabs become spaces): an error line that quotes a file name or
+    environment text cannot repaint the terminal or pass for a second line."""
+    return " ".join(printable(text).split())

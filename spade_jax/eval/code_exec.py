@@ -65,7 +65,8 @@ def program_source(program: str, stdin: str | None = None) -> str:
 def _run_one(runner: Any, program: str, stdin: str | None) -> ProgramResult:
     session = None
     try:
-        session = runner.open(program_source(program, stdin), env_kwargs={})
+        # the runner compiles and runs the candidate (allow_exec); the sandbox's other rules hold for what it runs
+        session = runner.open(program_source(program, stdin), env_kwargs={}, allow_exec=True)
         load = getattr(session, "load_result", None)
         if load is not None and not load.ok:
             return ProgramResult(False, error=load.error or "load_error", message=str(load.message)[:300])

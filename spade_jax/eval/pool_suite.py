@@ -4,8 +4,11 @@ sandbox, without hints; win rate overall and per environment.
 The directory is read by `spade_jax.envs.pools.load_pool`: a flat directory of either contract's files, or the
 layout of the paper's released pool and of `spade-jax export-envs` (checksums verified). Each environment is
 played `plays` times on held-out seeds (the training pools draw small seeds); the episode outcome is the
-training rule (`envs.outcome`: terminal reward, a win at >= 0.999). A session that fails to load, or a call
-that fails, ends that play as a loss with its reason kept; it never ends the evaluation.
+training rule (`envs.outcome`: terminal reward, a win at >= 0.999). The agent meets each environment as in
+training: the same `AgentPrompt` (selfplay/agent_prompt.py: system prompt, observation wrapper, action parsing),
+by default that of the default rollout config, or a run's (`AgentPrompt.of(cfg.selfplay.rollout)`), so a pool's
+win rate and the training plays' are comparable. A session that fails to load, or a call that fails, ends that
+play as a loss with its reason kept; it never ends the evaluation.
 """
 
 from __future__ import annotations
@@ -15,21 +18,16 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from spade_jax.config.selfplay import RolloutConfig
 from spade_jax.envs.outcome import episode_outcome
 from spade_jax.envs.source import EnvSource
 from spade_jax.eval.core import EvalContext, ItemResult, SuiteResult
 from spade_jax.eval.metrics import mean
+from spade_jax.selfplay.agent_prompt import AgentPrompt
 
 __all__ = ["PoolSuite"]
 
 EVAL_SEED = 8_000_000
-SYSTEM_PROMPTS = {
-    "game": "You are playing a text game. Read the rules and the state, think briefly, and end every reply with "
-    "your move in the format the game asks for (usually \\boxed{...}).",
-    "tool": 'You solve a task with tools. Call one tool per reply as <tool_call>{"name": ..., "arguments": '
-    "{...}}</tool_call>; when you know the result, reply <answer>...</answer>.",
-    "reasoning": "Solve the problem. Think step by step, then give the final answer as \\boxed{...}.",
-}
 
 
 @dataclass
@@ -57,10 +55,11 @@ class PoolSuite:
     name = "pool"
     main_metric = "win_rate"
 
-    def __init__(self, path: str, *, plays: int = 2, max_turns: int = 10):
+    def __init__(self, path: str, *, plays: int = 2, max_turns: int = 10, prompt: AgentPrompt | None = None):
         from spade_jax.envs.pools import load_pool
 
         self.path, self.plays, self.max_turns = path, int(plays), int(max_turns)
+        self.prompt = prompt or AgentPrompt.of(RolloutConfig())
         self.envs = load_pool(path)  # a bad directory is one ValueError line, before any model is loaded
 
     def load(self, limit: int | None = None, seed: int = 0) -> list[dict]:
@@ -78,15 +77,13 @@ class PoolSuite:
             if not reset.ok:
                 raise RuntimeError(f"reset failed: {reset.error}: {reset.message}")
             obs, info = reset.value
-            system = SYSTEM_PROMPTS.get(play.env.kind, SYSTEM_PROMPTS["game"])
-            play.messages = [{"role": "system", "content": system},
-                             {"role": "user", "content": _first_message(str(obs), info)}]  # fmt: skip
+            play.messages = self.prompt.first_messages(_first_message(str(obs), info), play.env.kind)
         except Exception as e:  # the environment's fault: a lost play, never the end of the evaluation
             play.done, play.error = True, " ".join(str(e).split())[:300]
 
     def _step(self, play: _Play, reply: str) -> None:
         play.messages.append({"role": "assistant", "content": reply})
-        result = play.session.step(reply)
+        result = play.session.step(self.prompt.action(reply, play.env.kind))
         if not result.ok:
             play.done, play.error = True, f"step failed: {result.error}: {result.message}"[:300]
             return

@@ -34,7 +34,7 @@ class Runner(Protocol):
 
     level: str
 
-    def open(self, source: str, env_kwargs: dict | None = None) -> Any: ...
+    def open(self, source: str, env_kwargs: dict | None = None, *, allow_exec: bool = False) -> Any: ...
 
     def close(self) -> None: ...
 
@@ -104,7 +104,7 @@ class InProcessRunner:
     level = "in-process"
     capacity = 1 << 16  # sessions that may be open at once
 
-    def open(self, source: str, env_kwargs: dict | None = None) -> _InProcessSession:
+    def open(self, source: str, env_kwargs: dict | None = None, *, allow_exec: bool = False) -> _InProcessSession:
         return _InProcessSession(source, env_kwargs)
 
     def close(self) -> None:
@@ -135,8 +135,9 @@ class SandboxRunner:
         self.capacity = int(getattr(pool, "capacity", getattr(pool, "num_workers", workers)))
         self.level = str(getattr(pool, "level", getattr(getattr(pool, "sandbox", None), "level", level)))
 
-    def open(self, source: str, env_kwargs: dict | None = None) -> Any:
-        return self.pool.open(source, env_kwargs=env_kwargs or {})
+    def open(self, source: str, env_kwargs: dict | None = None, *, allow_exec: bool = False) -> Any:
+        """A session of `source`; `allow_exec` only for the trusted runner of candidate programs (code_exec)."""
+        return self.pool.open(source, env_kwargs=env_kwargs or {}, allow_exec=allow_exec)
 
     def close(self) -> None:
         if self._own:

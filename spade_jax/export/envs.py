@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from spade_jax.envs.formats import source_contract
+from spade_jax.envs.text import valid_text
 from spade_jax.selfplay.memory import EnvRecord, damage
 
 __all__ = ["NOT_GENERATED", "STATUSES", "ExportResult", "export_envs", "file_slug", "read_records"]
@@ -140,7 +141,7 @@ def export_envs(
             at = max(rec.step, 0)  # seeds are archived at step -1, before the first step
             index = per_step[at] = per_step.get(at, -1) + 1
             file = f"games/game_{at:05d}_{index:03d}_{file_slug(rec)}.py"
-            (tmp / file).write_bytes(rec.code.encode("utf-8"))
+            (tmp / file).write_bytes(valid_text(rec.code).encode("utf-8"))
             rows.append(_row(rec, file, _sha256(tmp / file)))
             files.append(file)
         (tmp / "manifest.jsonl").write_text(_jsonl(rows), encoding="utf-8")

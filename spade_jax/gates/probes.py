@@ -12,7 +12,7 @@ import random
 import re
 from typing import Any
 
-__all__ = ["MALFORMED_ACTIONS", "GenericPolicy", "answer_action", "guess_kind", "noop_action"]
+__all__ = ["MALFORMED_ACTIONS", "GenericPolicy", "answer_action", "guess_kind", "noop_action", "usable_tools"]
 
 # Replies a careless or adversarial agent sends; an environment must answer each with a valid 5-tuple.
 MALFORMED_ACTIONS: tuple[str, ...] = (
@@ -63,9 +63,9 @@ def noop_action(kind: str) -> str:
 class GenericPolicy:
     """Random replies built from the current observation, in the format of the environment's kind."""
 
-    def __init__(self, rng: random.Random, kind: str, tools: list[dict] | None = None):
-        self.rng, self.kind = rng, kind
-        self.tools = _usable_tools(tools)
+    def __init__(self, rng: random.Random, kind: str, tools: list[dict] | None = None, *, lower: bool = True):
+        self.rng, self.kind, self.lower = rng, kind, lower  # lower: words lower-cased (else as observed)
+        self.tools = usable_tools(tools)
         self.words: list[str] = []
         self.numbers: list[str] = []
 
@@ -77,7 +77,8 @@ class GenericPolicy:
         self.words = list(dict.fromkeys(words))[:200] or ["yes", "no", "up", "down"]
         self.numbers = list(dict.fromkeys(nums))[:100] or ["0", "1", "2", "3"]
 
-    def _token(self) -> str:
+    def token(self) -> str:
+        """One random answer: a number or word of the observation, a number in its range, or a few of them."""
         r = self.rng.random()
         if r < 0.4:
             return self.rng.choice(self.numbers)
@@ -85,7 +86,8 @@ class GenericPolicy:
             hi = max([abs(int(float(n))) for n in self.numbers] + [10])
             return str(self.rng.randint(0, min(hi, 10**6)))
         if r < 0.9:
-            return self.rng.choice(self.words).lower()
+            word = self.rng.choice(self.words)
+            return word.lower() if self.lower else word
         return " ".join(self.rng.choice(self.numbers + self.words) for _ in range(self.rng.randint(2, 3)))
 
     def _argument(self, prop: dict) -> Any:
@@ -96,24 +98,24 @@ class GenericPolicy:
         if kind == "boolean":
             return self.rng.random() < 0.5
         if kind == "array":
-            return [self._token() for _ in range(self.rng.randint(0, 2))]
+            return [self.token() for _ in range(self.rng.randint(0, 2))]
         if kind == "object":
             return {}
-        return self._token()
+        return self.token()
 
     def act(self) -> str:
         """One random reply."""
         if self.kind == "tool":
             if not self.tools or self.rng.random() < 0.2:
-                return answer_action("tool", self._token())
+                return answer_action("tool", self.token())
             fn = self.rng.choice(self.tools)
             props = fn["parameters"]["properties"]
             args = {k: self._argument(p) for k, p in props.items() if isinstance(k, str)}
             return "<tool_call>" + json.dumps({"name": str(fn.get("name", "")), "arguments": args}) + "</tool_call>"
-        return answer_action(self.kind, self._token())
+        return answer_action(self.kind, self.token())
 
 
-def _usable_tools(tools: Any) -> list[dict]:
+def usable_tools(tools: Any) -> list[dict]:
     """The function schemas in an environment's `info["tools"]` (OpenAI style or bare), each with a dict of
     parameter properties; entries of any other shape (the environment wrote them) are skipped."""
     out = []

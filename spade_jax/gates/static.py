@@ -1,7 +1,20 @@
 """Static gate: judges environment source without running it (syntax, one env class, imports, banned names).
 
-Defence in depth in front of the sandbox, and a cheap filter that gives the designer a one-line reason.
-Pure standard library; `compile()` is used only to check syntax, the code is never executed here.
+A cheap filter that gives the designer a one-line reason, and defence in depth in front of the sandbox. It is
+ADVISORY: a syntactic check over Python cannot see every way to reach a capability (a name computed at run time,
+an object handed around), so what it lets through is enforced at run time inside the sandbox, whatever the
+route: the episode's audit hook and seccomp filter (`sandbox/inside/guard.py`) refuse process creation, exec and
+compile of new code, sockets, raw memory and files outside the episode's directory.
+
+What it does guarantee, for the names that import statements bind to modules (`import random`, `import re as
+r`, `from collections import abc`), and for the module chains they lead to (`re.enum`): no private or dunder
+attribute of a module is read (`random._os`, `getattr(random, "_os")`), no module is reached that the allow-list
+does not name (`re.enum.sys`, `re.enum.bltns`), and no module is used as a value (`r = random`, `def f(m=random)`,
+`(random,)`, `f(random)`): a module appears only as the object of a literal attribute or of a getattr with a
+literal name, so the checks above see every attribute taken of it. `getattr`/`setattr`/`delattr`/`hasattr` are
+used only as direct calls, and a name given to them that folds to a constant (`"_" * 2 + "globals" + "_" * 2`)
+is checked like a literal one. Pure standard library; `compile()` is used only to check syntax, the code is never
+executed here.
 """
 
 from __future__ import annotations
@@ -79,6 +92,8 @@ class _Scanner(ast.NodeVisitor):
         self.base_aliases: dict[str, str] = {}  # local name -> base class name in spade_jax.envs.base
         self.base_module_aliases: set[str] = set()  # local names bound to spade_jax.envs.base itself
         self.in_main_guard = False
+        self.as_object: set[int] = set()  # ids of module expressions used as the object of an attribute
+        self.constants: dict[str, str] = {}  # module-level names bound once to a str constant (for folding)
 
     # imports -------------------------------------------------------------------------------------
     def _check_module(self, name: str, node: ast.AST) -> None:
@@ -132,8 +147,52 @@ class _Scanner(ast.NodeVisitor):
                         node.lineno)  # fmt: skip
 
     # names and attributes --------------------------------------------------------------------------
+    def module_of(self, expr: ast.AST) -> str | None:
+        """The module an expression is, when it is an import-bound name or a chain of module attributes."""
+        if isinstance(expr, ast.Name):
+            return self.module_aliases.get(expr.id)
+        if isinstance(expr, ast.Attribute):
+            outer = self.module_of(expr.value)
+            value = _module_attr(outer, expr.attr) if outer else None
+            if isinstance(value, types.ModuleType):
+                return value.__name__
+        return None
+
+    def fold(self, expr: ast.AST) -> str | None:
+        """The str value of a constant expression (str literals, module-level str constants, + and *), or None."""
+        if isinstance(expr, ast.Constant) and isinstance(expr.value, str):
+            return expr.value
+        if isinstance(expr, ast.Name):
+            return self.constants.get(expr.id)
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Add):
+            left, right = self.fold(expr.left), self.fold(expr.right)
+            return left + right if left is not None and right is not None else None
+        if isinstance(expr, ast.BinOp) and isinstance(expr.op, ast.Mult):
+            text, times = (expr.left, expr.right) if not isinstance(expr.left, ast.Constant) or isinstance(
+                expr.left.value, str) else (expr.right, expr.left)  # fmt: skip
+            s = self.fold(text)
+            n = times.value if isinstance(times, ast.Constant) and isinstance(times.value, int) else None
+            return s * n if s is not None and n is not None and 0 <= n <= 16 and len(s) <= 64 else None
+        return None
+
+    def visit_Module(self, node: ast.Module) -> None:
+        counts: dict[str, int] = {}
+        for sub in ast.walk(node):
+            if isinstance(sub, ast.Name) and isinstance(sub.ctx, ast.Store):
+                counts[sub.id] = counts.get(sub.id, 0) + 1
+        for stmt in node.body:
+            if (isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Name)
+                    and isinstance(stmt.value, ast.Constant) and isinstance(stmt.value.value, str)
+                    and counts.get(stmt.targets[0].id) == 1):  # fmt: skip
+                self.constants[stmt.targets[0].id] = stmt.value.value
+        self.generic_visit(node)
+
     def visit_Name(self, node: ast.Name) -> None:
         name = node.id
+        if name in self.module_aliases and isinstance(node.ctx, ast.Load) and id(node) not in self.as_object:
+            raise _Fail(f"uses module {name} as a value (only '{name}.attribute' is allowed)", node.lineno)
+        if name in ATTR_BUILTINS and id(node) not in self.as_object:
+            raise _Fail(f"uses {name} as a value (only a direct call {name}(...) is allowed)", node.lineno)
         if name in BANNED_BUILTINS:
             raise _Fail(f"uses '{name}', which is not allowed", node.lineno)
         if name == "print" and self.config.ban_print and not self.in_main_guard:
@@ -147,26 +206,35 @@ class _Scanner(ast.NodeVisitor):
             raise _Fail(f"accesses dunder attribute '.{attr}', which is not allowed", node.lineno)
         if attr in BANNED_ATTRS:
             raise _Fail(f"accesses introspection attribute '.{attr}', which is not allowed", node.lineno)
-        if isinstance(node.value, ast.Name) and node.value.id in self.module_aliases:
-            module = self.module_aliases[node.value.id]
+        module = self.module_of(node.value)
+        if module is not None:
+            self.as_object.add(id(node.value))
+            shown = ast.unparse(node.value)
             if attr.startswith("_"):
-                raise _Fail(f"accesses private attribute {node.value.id}.{attr}", node.lineno)
+                raise _Fail(f"accesses private attribute {shown}.{attr}", node.lineno)
             self._check_module_attr(module, attr, node)
+            if isinstance(node.ctx, ast.Load) and isinstance(_module_attr(module, attr), types.ModuleType):
+                if id(node) not in self.as_object:  # a module chain must go on to an attribute: no module value
+                    raise _Fail(f"uses module {shown}.{attr} as a value", node.lineno)
         self.generic_visit(node)
 
     def visit_Call(self, node: ast.Call) -> None:
         func = node.func
+        if isinstance(func, ast.Name) and func.id in ATTR_BUILTINS:
+            self.as_object.add(id(func))  # called directly: its arguments are judged below
         if isinstance(func, ast.Name) and func.id in ATTR_BUILTINS and len(node.args) >= 2:
             obj, name = node.args[0], node.args[1]
-            constant = isinstance(name, ast.Constant) and isinstance(name.value, str)
-            if constant and name.value.startswith("__") and name.value not in SAFE_DUNDERS:
-                raise _Fail(f"calls {func.id}() with dunder name '{name.value}'", node.lineno)
-            if isinstance(obj, ast.Name) and obj.id in self.module_aliases:  # what `module.attr` would check
-                if not constant:
-                    raise _Fail(f"calls {func.id}() on module {obj.id} with a computed name", node.lineno)
-                if name.value.startswith("_"):
-                    raise _Fail(f"accesses private attribute {obj.id}.{name.value}", node.lineno)
-                self._check_module_attr(self.module_aliases[obj.id], name.value, node)
+            value = self.fold(name)  # a literal, or a constant expression ("_" * 2 + "globals" + "_" * 2)
+            if value is not None and value.startswith("__") and value not in SAFE_DUNDERS:
+                raise _Fail(f"calls {func.id}() with dunder name '{value}'", node.lineno)
+            module = self.module_of(obj)
+            if module is not None:  # what `module.attr` would check
+                self.as_object.add(id(obj))
+                if value is None:
+                    raise _Fail(f"calls {func.id}() on module {ast.unparse(obj)} with a computed name", node.lineno)
+                if value.startswith("_"):
+                    raise _Fail(f"accesses private attribute {ast.unparse(obj)}.{value}", node.lineno)
+                self._check_module_attr(module, value, node)
         self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:

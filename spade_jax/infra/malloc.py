@@ -1,11 +1,16 @@
-"""glibc malloc settings for XLA:CPU: keep freed memory in the process instead of handing it back every step.
+"""glibc malloc settings for XLA:CPU: keep freed memory in the process while a phase runs, hand it back between
+phases (`trim`).
 
 By default glibc serves each large buffer with a fresh mmap (or a per-thread heap it trims) and returns it to
 the OS when freed, so every jitted step pays page faults on gigabytes of buffers it had a moment before: a
 SmolLM2-135M learner step of 4 x 512 tokens took 1.5 million minor faults and ~5 s of kernel time (of ~16 s)
 on a 2-core machine, and ~13 s with the settings below. They must be set before the process starts, so
 `spade-jax` and the benchmarks re-execute themselves once with them. Set SPADE_JAX_SYSTEM_MALLOC=1 to opt
-out. The cost: the process keeps its peak heap for its lifetime.
+out. The cost: freed memory stays in the process, so without more the process kept the sum of every phase's
+leftovers (the sampler's KV cache, the learner's temporaries, XLA's compile-time memory) at its peak for its whole
+life. `trim()` (glibc's malloc_trim, which returns every free page of the heap, not only its top) is called at the
+boundaries of a run's phases (after the self-play phase, after the learner step, after the warm start): a phase
+pays its page faults once when it starts, not on every buffer, and the peak is the largest phase's, not their sum.
 """
 
 from __future__ import annotations
@@ -52,3 +57,18 @@ def reexec_with_tunables() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *argv[1:]], tunables_env())
+
+
+def trim() -> bool:
+    """Returns the heap's free pages to the OS (glibc `malloc_trim(0)`); False where there is no glibc. Cheap next to
+    a phase (one pass over the heap's free chunks)."""
+    import ctypes
+    import ctypes.util
+
+    if not sys.platform.startswith("linux"):
+        return False
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        return bool(libc.malloc_trim(0))
+    except (OSError, AttributeError):
+        return False

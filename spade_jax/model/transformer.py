@@ -164,9 +164,18 @@ class Attention(nnx.Module):
         return kvc.linears((self.o_proj,), out.reshape(b, cfg.num_heads * d), kernels.get("o"))[0], (kn, vn)
 
 
+def scores_f32(spec: str, q: jax.Array, k: jax.Array) -> jax.Array:
+    """`jnp.einsum(spec, q, k)` accumulating in float32. XLA:CPU has no bfloat16 x bfloat16 -> float32 dot for
+    some operand layouts (it fails at run time: "Unsupported element type for DotThunk"), so on CPU bfloat16
+    operands are widened first: the same values (a product of two bfloat16 numbers is exact in float32)."""
+    if jax.default_backend() == "cpu" and q.dtype == jnp.bfloat16:
+        q, k = q.astype(jnp.float32), k.astype(jnp.float32)
+    return jnp.einsum(spec, q, k, preferred_element_type=jnp.float32)
+
+
 def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
     """q [B, T, K, G, D] over k, v [B, S, K, D] where mask [B, T, S] allows -> [B, T, K, G, D]."""
-    scores = jnp.einsum("btkgd,bskd->bkgts", q, k, preferred_element_type=jnp.float32)
+    scores = scores_f32("btkgd,bskd->bkgts", q, k)
     scores = scores * (q.shape[-1] ** -0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
@@ -176,7 +185,7 @@ def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.
 def cached_attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
     """`attention` over a cache in its own layout: keys [B, K, D, S], values [B, K, S, D]."""
     keys, values = keys.astype(q.dtype), values.astype(q.dtype)
-    scores = jnp.einsum("btkgd,bkds->bkgts", q, keys, preferred_element_type=jnp.float32)
+    scores = scores_f32("btkgd,bkds->bkgts", q, keys)
     scores = scores * (q.shape[-1] ** -0.5)
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
@@ -212,7 +221,7 @@ def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, c
     heads_major = lambda x: jnp.moveaxis(x, 1, -2)  # [B, T, ..., D] -> [B, ..., T, D]: batched matmul layout
 
     def block(qb: jax.Array, kb: jax.Array, vb: jax.Array, mb: jax.Array) -> jax.Array:
-        scores = jnp.einsum("bkgtd,bksd->bkgts", qb, kb, preferred_element_type=jnp.float32)
+        scores = scores_f32("bkgtd,bksd->bkgts", qb, kb)
         scores = jnp.where(mb[:, None, None], scores, _NEG_INF)
         probs = jax.nn.softmax(scores, axis=-1).astype(vb.dtype)
         return jnp.einsum("bkgts,bksd->bkgtd", probs, vb)

@@ -103,15 +103,40 @@ def stats_table(env: dict[str, Any]) -> str:
     return f"<table class=stats>{cells}</table>"
 
 
-def browser(envs: list[dict[str, Any]]) -> str:
-    """Every environment by regret (highest first, unmeasured last): one expandable entry each (anchor
-    `env-<id>`), with links from a mutation to its parent and from a parent to its mutations."""
+_HEAD = ("#", "environment", "kind", "skill", "origin", "win (no hint)", "win (hint)", "regret", "designer reward",
+         "step", "verdict")  # fmt: skip
+
+
+def _plays_html(plays: list[dict[str, Any]]) -> str:
+    """The agent's plays of one environment, hinted beside unhinted (the last step that has each)."""
+    cols = []
+    for cond, label in (("hint", "Agent with the hint"), ("no_hint", "Agent without the hint")):
+        mine = [p for p in plays if p.get("condition") == cond]
+        if not mine:
+            cols.append(f"<div><b>{label}</b><p class=s>no play recorded</p></div>")
+            continue
+        p = mine[-1]
+        won = "won" if p.get("won") else "not won"
+        note = f"step {p.get('step')}, return {_fmt(p.get('return'))}, {won}, {p.get('turns')} turns"
+        note += f", ended: {p.get('end')}"
+        cols.append(
+            f"<div><b>{label}</b> <span class=s>({_esc(note)})</span><pre>{_esc(p.get('text', ''))}</pre></div>"
+        )
+    return f"<div class=plays>{''.join(cols)}</div>"
+
+
+def browser(envs: list[dict[str, Any]], plays: list[dict[str, Any]] = ()) -> str:
+    """Every environment by regret (highest first, unmeasured last): one entry each (anchor `env-<id>`) with its
+    figures, links from a mutation to its parent and from a parent to its mutations, and, opened, its whole code
+    and the agent's plays of it (`plays`: transcripts.jsonl rows, hinted and unhinted) at the page's full width."""
     if not envs:
         return "<p>No environments recorded.</p>"
     by_id = {e.get("id"): e for e in envs}
     kids = children(envs)
-    head = ("<tr><th>#</th><th>environment</th><th>kind</th><th>skill</th><th>origin</th><th>win (no hint)</th>"
-            "<th>win (hint)</th><th>regret</th><th>designer reward</th><th>step</th><th>verdict</th></tr>")  # fmt: skip
+    by_env: dict[str, list[dict[str, Any]]] = {}
+    for p in plays:
+        by_env.setdefault(str(p.get("env_id")), []).append(p)
+    head = "<div class='row head'>" + "".join(f"<div>{h}</div>" for h in _HEAD) + "</div>"
     entries = []
     for i, env in enumerate(by_regret(envs), 1):
         eid = str(env.get("id"))
@@ -125,18 +150,22 @@ def browser(envs: list[dict[str, Any]]) -> str:
             links.append("mutations: " + ", ".join(_link(c, str(c["id"])) for c in kids[eid]))
         v = verdict(env)
         status = "ok" if valid(env) else "bad"
+        mine = by_env.get(eid, [])
+        what = "code" + (" and the agent's plays" if mine else "")
         entries.append(
-            f'<tr id="{_esc(anchor(eid))}" class=env><td>{i}</td>'
-            f"<td><details><summary><b>{_esc(_name(env))}</b>{_id_note(env)}</summary>"
-            f"<pre>{_esc(env.get('code', ''))}</pre></details>"
+            f'<div id="{_esc(anchor(eid))}" class=env><div class=row><div>{i}</div>'
+            f"<div><b>{_esc(_name(env))}</b>{_id_note(env)}"
             + (f"<div class=links>{'; '.join(links)}</div>" if links else "")
-            + f"</td><td>{_fmt(env.get('kind'))}</td><td>{_fmt(env.get('skill'))}</td>"
-            f"<td>{_fmt(env.get('origin'))}</td><td>{_fmt(_no_hint(env))}</td><td>{_fmt(env.get('win_rate_hint'))}</td>"
-            f"<td>{_fmt(env.get('regret'))}</td><td>{_fmt(env.get('designer_reward'))}</td>"
-            f'<td>{_fmt(env.get("step"))}</td><td class={status} title="{_esc(v)}">{_esc(_short(v))}</td></tr>'
+            + f"</div><div>{_fmt(env.get('kind'))}</div><div>{_fmt(env.get('skill'))}</div>"
+            f"<div>{_fmt(env.get('origin'))}</div><div class=num>{_fmt(_no_hint(env))}</div>"
+            f"<div class=num>{_fmt(env.get('win_rate_hint'))}</div><div class=num>{_fmt(env.get('regret'))}</div>"
+            f"<div class=num>{_fmt(env.get('designer_reward'))}</div><div class=num>{_fmt(env.get('step'))}</div>"
+            f'<div class={status} title="{_esc(v)}">{_esc(_short(v))}</div></div>'
+            f"<details><summary>{what}</summary><pre>{_esc(env.get('code', ''))}</pre>"
+            + (_plays_html(mine) if mine else "")
+            + "</details></div>"
         )
-    cols = "".join(f'<col style="width:{w}%">' for w in (3, 42, 5, 9, 7, 5, 5, 5, 6, 4, 9))
-    return f"<table class=browser><colgroup>{cols}</colgroup>{head}{''.join(entries)}</table>"
+    return f"<div class=browser>{head}{''.join(entries)}</div>"
 
 
 def _id_note(env: dict[str, Any]) -> str:

@@ -41,6 +41,7 @@ class TrainBatch:
     sample_ids: Any  # int32 [N, L], index of the input sample each token came from, -1 on padding
     old_logprobs: Any = None  # float32 [N, L]: learner log-probs at the sampling policy version (None: on-policy)
     ref_logprobs: Any = None  # float32 [N, L]: frozen reference log-probs, for the KL term
+    loss_weights: Any = None  # float32 [N, L]: each token's weight in the loss (None: one token mean); 0 on padding
 
     @property
     def shape(self) -> tuple[int, int]:
@@ -79,12 +80,15 @@ def _sample_arrays(s: Sample, index: int) -> dict[str, np.ndarray]:
         if arr.shape != (c,):
             raise ValueError(f"sample {index}: {name} has {arr.shape[0]} entries for {c} completion tokens")
     zeros = np.zeros(p, np.float32)
-    return dict(
+    out = dict(
         tokens=np.concatenate([np.asarray(s.prompt_ids, np.int32), np.asarray(s.completion_ids, np.int32)]),
         loss_mask=np.concatenate([zeros, mask]),
         sampler_logprobs=np.concatenate([zeros, np.where(mask > 0, lp, 0.0)]),
         advantages=np.concatenate([zeros, adv]),
     )
+    if s.loss_weight is not None:
+        out["loss_weights"] = np.concatenate([zeros, np.full(c, s.loss_weight, np.float32)])
+    return out
 
 
 def pack_sequences(
@@ -107,6 +111,9 @@ def pack_sequences(
     if not samples:
         raise ValueError("pack_sequences: no samples")
     items = [Sample.coerce(s) for s in samples]
+    weighted = sum(s.loss_weight is not None for s in items)
+    if weighted not in (0, len(items)):
+        raise ValueError(f"{weighted} of {len(items)} samples have a loss_weight: give every sample one, or none")
     longest = max(len(s) for s in items)
     if longest > max(length_buckets):
         raise ValueError(f"a sample has {longest} tokens, more than the largest length bucket {max(length_buckets)}")
@@ -139,6 +146,8 @@ def pack_sequences(
         advantages=np.zeros((num_rows, length), np.float32),
         sample_ids=np.full((num_rows, length), -1, np.int32),
     )
+    if weighted:
+        out["loss_weights"] = np.zeros((num_rows, length), np.float32)
     roles = np.full((num_rows,), -1, np.int32)
     for row, r in enumerate(order_rows):
         roles[row] = row_role[r]

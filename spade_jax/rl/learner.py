@@ -206,30 +206,34 @@ class Learner:
 
     # ----- pure functions (jitted) -----
 
-    def _forward_logprobs(self, params, rest, batch: TrainBatch, *, remat: bool, entropy: bool):
+    def _forward_logprobs(self, params, rest, batch: TrainBatch, *, remat: bool, entropy: bool, tempered: float = 0.0):
+        """(log-probs, entropy or None, tempered log-probs or None) of every token (see `token_logprobs`)."""
         model = nnx.merge(self._graphdef, params, rest)
         cfg = self.config
         options = ForwardOptions(remat=remat, remat_policy=cfg.remat_policy, query_chunk=cfg.attn_query_chunk)
         hidden = forward_hidden(model, batch.tokens, batch.positions, batch.segment_ids, options=options)
-        logp, ent = token_logprobs(
-            model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy
+        out = token_logprobs(
+            model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy, tempered_at=tempered
         )
         predicted = (batch.positions > 0) & (batch.segment_ids > 0)  # segment starts have no prediction
-        logp = jnp.where(predicted, logp, 0.0)
-        return logp, None if ent is None else jnp.where(predicted, ent, 0.0)
+        logp, ent, cold = out[0], out[1], (out[2] if tempered > 0 else None)
+        return tuple(None if x is None else jnp.where(predicted, x, 0.0) for x in (logp, ent, cold))
 
     def _loss_fn(self, params, rest, batch: TrainBatch, norms: dict[str, jax.Array], kind: str):
         cfg = self.config
         want_entropy = kind == "rl" and (cfg.compute_entropy or cfg.entropy_coef != 0)
-        logp, ent = self._forward_logprobs(params, rest, batch, remat=cfg.remat, entropy=want_entropy)
+        tempered = cfg.tis_temperature if kind == "rl" else 0.0
+        logp, ent, cold = self._forward_logprobs(params, rest, batch, remat=cfg.remat, entropy=want_entropy,
+                                                 tempered=tempered)  # fmt: skip
         if kind == "sft":
             return cross_entropy_loss(logp, batch.loss_mask, normalizer=norms["tokens"])
         old = jax.lax.stop_gradient(logp) if batch.old_logprobs is None else batch.old_logprobs
         args = (old, batch.sampler_logprobs, batch.advantages)
-        kw = dict(clip_low=cfg.clip_low, clip_high=cfg.clip_high, is_cap=cfg.is_cap, ref_logprobs=batch.ref_logprobs)
+        kw = dict(clip_low=cfg.clip_low, clip_high=cfg.clip_high, is_cap=cfg.is_cap, ref_logprobs=batch.ref_logprobs,
+                  kl_clip=cfg.kl_clip, tempered_logprobs=cold)  # fmt: skip
         loss, metrics = policy_loss(
             logp, *args, batch.loss_mask, **kw, kl_coef=cfg.kl_coef, entropy=ent, entropy_coef=cfg.entropy_coef,
-            normalizer=norms["tokens"],
+            normalizer=norms["tokens"], token_weights=batch.loss_weights,
         )  # fmt: skip
         logp_sg = jax.lax.stop_gradient(logp)
         ent_sg = None if ent is None else jax.lax.stop_gradient(ent)

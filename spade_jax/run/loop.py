@@ -1,8 +1,9 @@
 """The SPADE cycle: design -> gate -> hint -> play (K hinted, K not) -> regret -> learn -> checkpoint.
 
 `run(cfg, run_dir)` is the whole job. Each step: the self-play half (`SelfPlay.step`, or a fixed environment
-pool for baselines) returns both roles' samples; group-centred advantages turn rewards into a `TrainBatch`;
-one learner step updates the shared policy in place and the sampler reads the same arrays next step. The run
+pool for baselines) returns both roles' samples in one `SelfPlayBatch`; the learner half (run/learn.py) turns
+them into advantages and the update's batch (`loop.batch_policy`, `learner.loss_agg`); one learner step
+updates the shared policy in place and the sampler reads the same arrays next step. The run
 checkpoints everything (params, optimizer, RNGs, corpus position, memory snapshot) so `resume=True`
 continues exactly where the last finished checkpoint left off. A damaged run directory resumes or stops with
 one line: the newest checkpoint that restores is used, a damaged memory file is rebuilt from the copy in the
@@ -23,17 +24,20 @@ import numpy as np
 
 from spade_jax.config.overrides import changed_keys, to_dict
 from spade_jax.config.run import RunConfig
+from spade_jax.infra import malloc
 from spade_jax.infra.compile_time import compile_seconds
 from spade_jax.infra.hosts import Hosts
+from spade_jax.infra.perf import step_perf
 from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
-from spade_jax.run.learn import band_stats, train_on
+from spade_jax.run.learn import BatchRule, band_stats, train_on
 from spade_jax.run.parts import Parts, build
 from spade_jax.run.resume import repair_memory, restore, save_checkpoint
 from spade_jax.run.warmstart import warm_start
+from spade_jax.rundir import transcripts
 from spade_jax.rundir.checkpoints import Checkpointer
 from spade_jax.rundir.metrics import MetricsLogger
-from spade_jax.rundir.paths import RunDir, open_run_dir
+from spade_jax.rundir.paths import RunDir, RunDirError, check_run_dir, open_run_dir
 from spade_jax.selfplay.batch import SelfPlayBatch
 from spade_jax.selfplay.health import step_health
 
@@ -70,19 +74,22 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     from spade_jax.run.progress import StepProgress
 
     hosts = Hosts.current()
+    if not isinstance(run_dir, RunDir):  # every refusal before anything is written (a file, --resume of nothing)
+        check_run_dir(run_dir, resume=resume)
     rd = open_run_dir(run_dir, host=hosts.index)
+    ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
+                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
+    if not resume and ckpt.latest_step() is not None:  # Orbax's own listing, before config.json is touched
+        ckpt.close()
+        raise RunDirError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
     saved = rd.path / "config.json"
     if hosts.is_leader:
         if resume and saved.exists() and saved.read_text() != cfg.to_json():
             log.warning("resuming with a config that differs from %s in %s; the new one is used and saved",
                         saved, _changed(saved.read_text(), cfg))  # fmt: skip
         saved.write_text(cfg.to_json())
-    ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
-                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
     progress = StepProgress(cfg.loop.steps, console=console if hosts.is_leader else _quiet())
     try:
-        if not resume and ckpt.latest_step() is not None:
-            raise ValueError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")
         if hosts.is_leader:
             repair_memory(rd.path, ckpt, resume)
         with progress.phase("loading model and starting sandbox workers"):
@@ -144,30 +151,51 @@ def _train(parts: Parts, ckpt: Checkpointer, progress: Any, resume: bool, push: 
     start, record = 0, {}
     if resume and ckpt.all_steps():
         with progress.phase("restoring checkpoint"):
-            start, record = restore(parts, ckpt)
+            start, record = restore(ckpt, learner=parts.learner, selfplay=parts.selfplay, sync=parts.sync_sampler,
+                                    run_dir=parts.run_dir, leader=parts.hosts.is_leader)  # fmt: skip
+    if parts.hosts.is_leader:
+        transcripts.trim(parts.run_dir, start)  # the steps after the restored one are redone
+    wandb = to_dict(cfg.wandb) if "wandb" in cfg.loggers else None
     metrics = MetricsLogger(parts.run_dir, resume_step=start, known_rows=record.get("metrics", ()),
-                            write=parts.hosts.is_leader)  # fmt: skip
+                            write=parts.hosts.is_leader, tensorboard="tensorboard" in cfg.loggers, wandb=wandb,
+                            config=to_dict(cfg))  # fmt: skip
     summary: dict[str, Any] = {"sandbox": parts.pool.level, "resumed_from": start if resume else None}
     try:
         if cfg.loop.warmstart and ckpt.latest_step() is None:
             with progress.phase("warm start on the seed library"):
-                figures = warm_start(parts, cfg.warmstart, progress=progress)
+                figures = warm_start(cfg.warmstart, selfplay=parts.selfplay, learner=parts.learner,
+                                     sync=parts.sync_sampler, held_out=cfg.loop.held_out, run_seed=cfg.loop.seed,
+                                     max_len=cfg.max_total_len, progress=progress)  # fmt: skip
+            _between_phases(parts)  # the warm start's own optimizer and its sampling are done with
             metrics.log(0, figures)
             summary.update(figures)
             push()
-            save_checkpoint(parts, ckpt, 0, metrics)
+            _save(parts, ckpt, 0, metrics)
         progress.start(start)
         for step in range(start, cfg.loop.steps):
             row = _step(parts, step, progress)
             metrics.log(step + 1, row)
             if (step + 1) % max(1, cfg.loop.checkpoint_every) == 0 or step + 1 == cfg.loop.steps:
                 push()
-                save_checkpoint(parts, ckpt, step + 1, metrics)
+                _save(parts, ckpt, step + 1, metrics)
             progress.advance(row)
         ckpt.wait()
     finally:
         metrics.close()
     return summary
+
+
+def _learn(parts: Parts, batch: SelfPlayBatch) -> dict[str, float]:
+    """The learner half of a step (run/learn.py) with the run's batch rule, row lengths and pad token."""
+    cfg = parts.cfg
+    buckets = cfg.learner.length_buckets_for(cfg.max_total_len)
+    pad_id = getattr(parts.tokenizer, "pad_id", None) or 0
+    return train_on(batch, parts.learner, BatchRule.of(cfg), buckets=buckets, pad_id=pad_id, sync=parts.sync_sampler)
+
+
+def _save(parts: Parts, ckpt: Checkpointer, step: int, metrics: MetricsLogger) -> None:
+    cfg = parts.cfg.to_json()
+    save_checkpoint(ckpt, step, metrics, learner=parts.learner, selfplay=parts.selfplay, config_json=cfg)
 
 
 def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
@@ -178,6 +206,8 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     counts = _decode_counts(parts.sampler)
     with progress.phase(f"step {step + 1}: design, hints and play"):
         batch = play_step(parts, step)
+    if parts.hosts.is_leader:  # one hinted and one unhinted play of each environment, for the report
+        transcripts.record(parts.run_dir, parts.tokenizer, step + 1, batch.examples)
     slots, tokens = (now - then for now, then in zip(_decode_counts(parts.sampler), counts))
     if slots:  # the share of the decode work computed that became tokens (this host's sampler)
         row["perf/slot_utilisation"] = tokens / slots
@@ -186,14 +216,37 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
     row.update(step_health(batch, parts.selfplay.memory, step, cfg.selfplay.reward))  # the paper's measures
     row["time/selfplay"] = time.perf_counter() - t0
     t1 = time.perf_counter()
+    _between_phases(parts)  # the sampler's KV cache is of no use to the learner: its memory goes back first
     with progress.phase(f"step {step + 1}: learner"):
-        row.update(train_on(parts, batch))
+        row.update(_learn(parts, batch))
+    _between_phases(parts)
     row["time/learner"] = time.perf_counter() - t1
-    if cfg.loop.eval_every and (step + 1) % cfg.loop.eval_every == 0:
-        t2 = time.perf_counter()
+    eval_tokens = 0
+    if _evaluates(cfg, step):
+        t2, before = time.perf_counter(), _decode_counts(parts.sampler)[1]
         with progress.phase(f"step {step + 1}: held-out evaluation"):
             row.update(evaluate(parts, step))
         row["time/eval"] = time.perf_counter() - t2
+        eval_tokens = _decode_counts(parts.sampler)[1] - before
     row["time/step"] = time.perf_counter() - t0
     row["time/compile"] = compile_seconds() - c0  # inside the phases above: tracing, lowering and XLA
+    row.update(step_perf(row, parts.model.cfg.num_params, selfplay_tokens=tokens, eval_tokens=eval_tokens))
     return row
+
+
+def _between_phases(parts: Parts) -> None:
+    """Frees what one phase leaves that the next does not use (the sampler's KV cache and parked rows) and hands
+    the heap's free pages back (infra/malloc.py), so the run's peak is its largest phase, not their sum."""
+    release = getattr(parts.sampler, "release", None)
+    if release is not None:
+        release()
+    malloc.trim()
+
+
+def _evaluates(cfg: RunConfig, step: int) -> bool:
+    """Whether step `step` ends with the held-out evaluation: every `eval_every` steps, and always the run's last
+    step, so every run ends with its held-out win rate (`eval_plays=0` or no held-out seeds: never)."""
+    if not cfg.loop.eval_plays or not cfg.loop.held_out:
+        return False
+    every = cfg.loop.eval_every
+    return step + 1 == cfg.loop.steps or bool(every and (step + 1) % every == 0)

@@ -8,12 +8,18 @@ import dataclasses
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade_jax.config.run import RunConfig
+from spade_jax.envs.source import EnvSource
 from spade_jax.infra.hosts import Hosts
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
 from spade_jax.selfplay.cycle import FixedPool, SelfPlay
+
+if TYPE_CHECKING:
+    from flax import nnx
+
+    from spade_jax.rl.learner import Learner
 
 __all__ = ["Parts", "build"]
 
@@ -22,18 +28,18 @@ log = logging.getLogger("spade_jax")
 
 @dataclass
 class Parts:
-    """The live objects of a run."""
+    """The live objects of a run. The loop hands each function the parts it uses, not this whole."""
 
     cfg: RunConfig
     run_dir: Path
-    model: Any
+    model: nnx.Module
     tokenizer: TokenizerLike
     sampler: SamplerLike
     pool: EnvPool
-    learner: Any
+    learner: Learner
     selfplay: SelfPlay
     fixed_pool: FixedPool | None = None  # loop.pool=<pool>: the baselines' environments (designer off)
-    held_out: list[Any] = field(default_factory=list)
+    held_out: list[EnvSource] = field(default_factory=list)
     hosts: Hosts = Hosts()
 
     def sync_sampler(self) -> None:
@@ -119,7 +125,6 @@ def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: An
 
 
 def _mesh_shape(spec: str) -> dict[str, int]:
-    try:
-        return {k.strip(): int(v) for k, v in (item.split("=") for item in spec.split(",") if item)}
-    except ValueError:
-        raise ValueError(f"mesh={spec!r}: expected axis=size pairs, e.g. data=2,fsdp=4,tensor=1") from None
+    from spade_jax.config.run import mesh_shape  # checked when the config loaded; parsed by the same rule here
+
+    return mesh_shape(spec)

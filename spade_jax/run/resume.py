@@ -9,29 +9,35 @@ Each case is said in one line; a run directory nothing can be resumed from is a 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from spade_jax.rundir.checkpoints import Checkpointer, RunDirError, one_line, set_aside
 from spade_jax.rundir.metrics import MetricsLogger
+from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.memory import damage, rebuild
+
+if TYPE_CHECKING:
+    from spade_jax.rl.learner import Learner
 
 __all__ = ["check_record", "repair_memory", "restore", "save_checkpoint"]
 
 log = logging.getLogger("spade_jax")
 
 
-def save_checkpoint(parts: Any, ckpt: Checkpointer, step: int, metrics: MetricsLogger) -> None:
+def save_checkpoint(ckpt: Checkpointer, step: int, metrics: MetricsLogger, *, learner: Learner,
+                    selfplay: SelfPlay, config_json: str) -> None:  # fmt: skip
     """Saves the run at `step`. Besides the state, the record keeps a copy of the memory's rows (to rebuild a
     damaged memory.sqlite) and the metrics rows made since the previous checkpoint (to put back a torn one)."""
-    state = parts.learner.get_state()
+    state = learner.get_state()
     trees = {k: v for k, v in state.items() if k != "step"}  # params, opt_state (+ ref_params with KL)
     meta = {
         "step": step,
         "learner_step": int(state["step"]),
-        "selfplay": parts.selfplay.get_state(),
-        "config": parts.cfg.to_json(),
-        "memory_copy": parts.selfplay.memory.dump(),
+        "selfplay": selfplay.get_state(),
+        "config": config_json,
+        "memory_copy": selfplay.memory.dump(),
         "metrics": metrics.take_unsaved(),
     }
     ckpt.save(step, trees, meta)
@@ -45,12 +51,13 @@ def check_record(meta: dict[str, Any], step: int) -> None:
         raise ValueError("its record has no self-play state")
 
 
-def restore(parts: Any, ckpt: Checkpointer) -> tuple[int, dict[str, Any]]:
+def restore(ckpt: Checkpointer, *, learner: Learner, selfplay: SelfPlay, sync: Callable[[], None], run_dir: Path,
+            leader: bool = True) -> tuple[int, dict[str, Any]]:  # fmt: skip
     """Restores the newest checkpoint that restores whole (arrays and record), trying older kept ones when a
-    newer one is damaged; damaged newer ones go to run_dir/damaged/ so their steps are redone and saved anew.
-    Logs which step and why in one line; returns (step, record). RunDirError (one line) when none restores,
-    and then nothing was changed."""
-    state = parts.learner.get_state()
+    newer one is damaged; damaged newer ones go to run_dir/damaged/ (by the `leader` host) so their steps are
+    redone and saved anew; `sync` points the sampler at the restored parameters. Logs which step and why in one
+    line; returns (step, record). RunDirError (one line) when none restores, and then nothing was changed."""
+    state = learner.get_state()
     templates = {k: v for k, v in state.items() if k != "step"}
     failed: list[tuple[int, str]] = []
     for step in sorted(ckpt.all_steps(), reverse=True):
@@ -60,10 +67,10 @@ def restore(parts: Any, ckpt: Checkpointer) -> tuple[int, dict[str, Any]]:
         except Exception as e:  # any damage: a truncated array file, a missing item, a record without a key
             failed.append((step, one_line(e)))
             continue
-        parts.learner.set_state({**trees, "step": meta["learner_step"]})
-        parts.sync_sampler()
-        parts.selfplay.set_state(meta["selfplay"])
-        moved = [str(ckpt.set_aside(bad, parts.run_dir)) for bad, _ in failed] if parts.hosts.is_leader else []
+        learner.set_state({**trees, "step": meta["learner_step"]})
+        sync()
+        selfplay.set_state(meta["selfplay"])
+        moved = [str(ckpt.set_aside(bad, run_dir)) for bad, _ in failed] if leader else []
         if failed:
             why = "; ".join(f"checkpoint {bad} does not restore ({reason})" for bad, reason in failed)
             log.warning("resuming from checkpoint %d: %s; moved to %s; the steps after %d are redone",
@@ -72,7 +79,7 @@ def restore(parts: Any, ckpt: Checkpointer) -> tuple[int, dict[str, Any]]:
             log.info("resuming from checkpoint %d (the newest)", step)
         return step, meta
     reasons = "; ".join(f"checkpoint {bad}: {reason}" for bad, reason in failed)
-    raise RunDirError(f"cannot resume {parts.run_dir}: no checkpoint restores ({reasons})")
+    raise RunDirError(f"cannot resume {run_dir}: no checkpoint restores ({reasons})")
 
 
 def repair_memory(run_dir: Path, ckpt: Checkpointer, resume: bool) -> None:

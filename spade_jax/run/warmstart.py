@@ -10,18 +10,17 @@ from __future__ import annotations
 
 import dataclasses
 import random
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Collection
+from typing import Any
 
 from spade_jax import streams
 from spade_jax.config.warmstart import WarmStartConfig
 from spade_jax.envs.contract import contract_text
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner
+from spade_jax.selfplay.cycle import SelfPlay
 from spade_jax.selfplay.designer import DesignTarget
 from spade_jax.selfplay.rollouts import NO_HINT, EpisodeSpec, RolloutEngine, TurnReply, TurnRequest
-
-if TYPE_CHECKING:
-    from spade_jax.run.parts import Parts
 
 
 class ReferencePolicy:
@@ -162,20 +161,21 @@ def _designer_seeds(cfg: WarmStartConfig, seeds: list[Any], rng: random.Random) 
     return rng.sample(seeds, cfg.designer_seeds) if 0 < cfg.designer_seeds < len(seeds) else seeds
 
 
-def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> dict[str, float]:
-    """Measures the designer's valid rate, trains on the seed data, measures again; returns the figures."""
+def warm_start(cfg: WarmStartConfig, *, selfplay: SelfPlay, learner: Learner, sync: Callable[[], None],
+               held_out: Collection[str], run_seed: int, max_len: int,
+               progress: Any = None) -> dict[str, float]:  # fmt: skip
+    """Measures the designer's valid rate, trains on the seed data (seeds in `held_out` left out, examples up to
+    `max_len` tokens), measures again; `sync` points the sampler at the new parameters. Returns the figures."""
     from spade_jax.envs.seeds import list_seeds
 
-    held_out = set(parts.cfg.loop.held_out)
-    seeds = [s for s in list_seeds() if s.name not in held_out]
-    sp = parts.selfplay
+    seeds = [s for s in list_seeds() if s.name not in set(held_out)]
+    sp = selfplay
     figures: dict[str, float] = {}
     if cfg.probe_designs:
         figures["warmstart/valid_rate_before"] = valid_rate(sp, cfg.probe_designs, step=-2)
     agent_seeds = _named(seeds, cfg.agent_seed_names, "agent_seed_names") if cfg.agent_seed_names else seeds
-    run_seed = parts.cfg.loop.seed
     samples = agent_examples(
-        parts.pool, parts.tokenizer, agent_seeds, sp.config.rollout, cfg.agent_episodes_per_seed, run_seed=run_seed
+        sp.pool, sp.tokenizer, agent_seeds, sp.config.rollout, cfg.agent_episodes_per_seed, run_seed=run_seed
     )
     played = len(agent_seeds) * cfg.agent_episodes_per_seed
     if len(samples) < played and progress is not None:  # a reference episode that does not win is no example
@@ -186,20 +186,19 @@ def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> d
     rng, variant_seed = streams.rng(run_seed, "warmstart"), streams.derive(run_seed, "variants")
     design_seeds = _designer_seeds(cfg, seeds, rng)
     samples += designer_examples(
-        sp.designer, parts.tokenizer, design_seeds, cfg.designer_examples_per_seed,
+        sp.designer, sp.tokenizer, design_seeds, cfg.designer_examples_per_seed,
         variants=cfg.designer_variants_per_seed, variant_seed=variant_seed,
         direction=cfg.designer_variant_direction,
     )  # fmt: skip
-    samples += mutation_examples(sp.designer, parts.tokenizer, design_seeds, cfg.designer_mutations_per_seed,
+    samples += mutation_examples(sp.designer, sp.tokenizer, design_seeds, cfg.designer_mutations_per_seed,
                                  rng_seed=variant_seed)  # fmt: skip
-    limit = parts.cfg.max_total_len
-    samples = [s for s in samples if len(s) <= limit]
+    samples = [s for s in samples if len(s) <= max_len]
     # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments
     # (and no KL reference of its own: kl_coef 0 keeps it from copying the params).
-    rl = parts.learner
+    rl = learner
     sft_cfg = dataclasses.replace(rl.config, lr=cfg.lr, schedule="constant", warmup_steps=0, kl_coef=0.0)
     sft = Learner(rl.model, sft_cfg, mesh=rl.mesh, rules=rl.rules, role_names=rl.role_names)
-    buckets = rl.config.length_buckets_for(limit)
+    buckets = rl.config.length_buckets_for(max_len)
     losses = []
     for _ in range(cfg.epochs):
         rng.shuffle(samples)
@@ -211,7 +210,7 @@ def warm_start(parts: Parts, cfg: WarmStartConfig, *, progress: Any = None) -> d
                 progress.console.log(f"  warm start batch {len(losses)}: loss={losses[-1]:.3f}")
     del sft
     rl.freeze_reference()  # the KL reference (kl_coef > 0) is the policy RL starts from, after the warm start
-    parts.sync_sampler()
+    sync()
     if cfg.probe_designs:
         figures["warmstart/valid_rate_after"] = valid_rate(sp, cfg.probe_designs, step=-1)
     return {

@@ -1,4 +1,5 @@
-"""Run metrics: one JSON line per step in `metrics.jsonl`, mirrored to TensorBoard scalars.
+"""Run metrics: one JSON line per step in `metrics.jsonl`, mirrored to TensorBoard scalars and, with `logger=wandb`,
+to Weights & Biases (rundir/wandb_sink.py).
 
 Rows are appended as they are made; each checkpoint also keeps the rows made since the previous one
 (`take_unsaved`), so a resume can put back a row that a crash cut mid-line (`repair_metrics`).
@@ -35,11 +36,16 @@ class MetricsLogger:
         known_rows: Iterable[dict[str, Any]] = (),
         tensorboard: bool = True,
         write: bool = True,
+        wandb: dict[str, Any] | None = None,
+        config: dict[str, Any] | None = None,
     ):
+        """`wandb`: W&B settings (project, entity, name, group, tags, mode; rundir/wandb_sink.py) to log there too,
+        with `config` as the W&B run's config; None: no W&B."""
         self.path = Path(run_dir) / "metrics.jsonl"
         self.write = write  # False: the rows are kept for the checkpoint only (another host than the leader)
         self._unsaved: list[dict[str, Any]] = []
         self._writer = None
+        self._wandb = None
         if not write:
             return
         self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -50,7 +56,14 @@ class MetricsLogger:
         if tensorboard:
             from tensorboardX import SummaryWriter
 
-            self._writer = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=resume_step)
+            # A resume from step N keeps rows 1..N and redoes N+1 on: TensorBoard drops every event at or after
+            # purge_step, so the first step to drop is N + 1 (purge_step=N would drop step N's own row).
+            purge = None if resume_step is None else resume_step + 1
+            self._writer = SummaryWriter(str(Path(run_dir) / "tb"), purge_step=purge)
+        if wandb is not None:
+            from spade_jax.rundir.wandb_sink import WandbSink
+
+            self._wandb = WandbSink(run_dir, wandb, config)
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         row = {"step": int(step)}
@@ -69,6 +82,8 @@ class MetricsLogger:
                 if key != "step" and value is not None:
                     self._writer.add_scalar(key, value, step)
             self._writer.flush()
+        if self._wandb is not None:
+            self._wandb.log(row)
 
     def take_unsaved(self) -> list[dict[str, Any]]:
         """The rows logged since the last call: what the checkpoint being written keeps a copy of."""
@@ -78,6 +93,9 @@ class MetricsLogger:
     def close(self) -> None:
         if self._writer is not None:
             self._writer.close()
+        if self._wandb is not None:
+            self._wandb.close()
+            self._wandb = None
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:

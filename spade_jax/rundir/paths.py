@@ -145,6 +145,63 @@ class _snapshot:
             self._tmp.unlink(missing_ok=True)
 
 
+def _finished_steps(names: list[str]) -> list[int]:
+    """The steps of finished Orbax checkpoints among a checkpoints folder's entry names (a checkpoint being
+    written sits in a temporary folder whose name is not a bare number)."""
+    return sorted(int(n) for n in names if n.isdigit())
+
+
+def checkpoint_steps(run_dir: str | os.PathLike) -> list[int]:
+    """The finished checkpoint steps a local or gs:// run directory holds, read without Orbax (so without JAX):
+    the refusals before a run starts use it."""
+    if is_remote(run_dir):
+        fs = _fs()
+        url = f"{str(run_dir).rstrip('/')}/{CHECKPOINTS}"
+        try:
+            return _finished_steps([n.rstrip("/").rsplit("/", 1)[-1] for n in fs.ls(url)]) if fs.exists(url) else []
+        except Exception as e:
+            raise RunDirError(f"cannot read run directory {run_dir}: {type(e).__name__}: {e}") from e
+    folder = Path(run_dir) / CHECKPOINTS
+    return _finished_steps([p.name for p in folder.iterdir() if p.is_dir()]) if folder.is_dir() else []
+
+
+def run_exists(run_dir: str | os.PathLike) -> bool:
+    """Whether a local or gs:// run directory holds a run to resume (its config.json or a finished checkpoint)."""
+    where = str(run_dir)
+    if is_remote(where):
+        return read_text(f"{where.rstrip('/')}/config.json") is not None or bool(checkpoint_steps(where))
+    return (Path(where) / "config.json").is_file() or bool(checkpoint_steps(where))
+
+
+def check_run_dir(run_dir: str | os.PathLike, *, resume: bool) -> None:
+    """Refuses, with one line (RunDirError) and before anything is written, a run directory that cannot be used as
+    asked: a path that is a file or lies inside one, a parent folder that cannot be written, `resume` of a folder
+    that holds no run (no config.json), a fresh start in a folder that holds checkpoints (it would mix two runs:
+    resume it, or choose another folder)."""
+    where = str(run_dir)
+    if is_remote(where):
+        exists = read_text(f"{where.rstrip('/')}/config.json") is not None
+    else:
+        path = Path(where).expanduser()
+        if path.exists() and not path.is_dir():
+            raise RunDirError(f"run directory {where} is a file, not a folder")
+        above = path if path.exists() else next(p for p in path.absolute().parents if p.exists())
+        if not above.is_dir():
+            raise RunDirError(f"run directory {where} cannot be made: {above} is a file, not a folder")
+        if not os.access(above, os.W_OK | os.X_OK):
+            raise RunDirError(f"run directory {where} cannot be written: no write permission on {above}")
+        exists = (path / "config.json").is_file()
+    steps = checkpoint_steps(where)
+    if resume and not exists and not steps:
+        raise RunDirError(f"--resume: {where} holds no run to resume (no config.json, no checkpoints); "
+                          "leave out --resume to start a new run there")  # fmt: skip
+    if not resume and steps:
+        raise RunDirError(
+            f"{where} already holds checkpoints (steps {', '.join(map(str, steps[-3:]))}); pass --resume to "
+            "continue that run, or choose another --run-dir"
+        )
+
+
 def open_run_dir(run_dir: str | os.PathLike | RunDir, *, host: int = 0) -> RunDir:
     """The `RunDir` of a local path (made absolute, created) or of a gs:// URL (its staging copy filled from
     the bucket). RunDirError, one line, when the bucket cannot be read. `host` > 0: another host of a multi-host

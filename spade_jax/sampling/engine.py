@@ -152,6 +152,16 @@ class DecodeEngine:
                 if id(self.rows.requests[b]) in drop:
                     self.rows.release(b, self.column)
 
+    def release(self) -> None:
+        """Frees the KV cache, the logits and every parked row (the next request starts fresh, at the cost of a
+        prefill): between phases that do not sample, e.g. while the learner steps, so that the cache's memory
+        (gigabytes at 32 rows of 2K tokens) serves the learner instead of adding to it. RuntimeError while
+        requests run."""
+        if self.pending:
+            raise RuntimeError(f"{self.pending} requests are still queued or running: finish or cancel them first")
+        self.rows, self.cache, self.logits = None, None, None
+        self.parked.clear()
+
     def invalidate(self) -> None:
         """Forgets every parked row (their keys and values came from the old weights)."""
         if self.pending:

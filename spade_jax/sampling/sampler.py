@@ -131,6 +131,12 @@ class Sampler:
         return self.engine.tokens_generated
 
     # ----------------------------------------------------------------------------------------- public API
+    def release(self) -> None:
+        """Frees the engine's KV cache and parked rows and the shared-prefix caches (sampling goes on after it, each
+        first request prefilled anew). A run calls it before the learner steps. RuntimeError while requests run."""
+        self.engine.release()
+        self._prefill.clear()
+
     def update_model(self, model: nnx.Module) -> None:
         """Samples from new parameters from now on (the arrays are referenced, not copied). Compiled programs are
         kept when every parameter keeps its shape, dtype and sharding. RuntimeError while requests run."""
@@ -205,9 +211,9 @@ class Sampler:
         return self.generate(prompts, params, progress=progress)
 
     def render_chat(self, messages: Sequence[dict], *, tools: list[dict] | None = None) -> list[int]:
-        """Prompt token ids for a conversation (the template writes its own special tokens)."""
-        text = self.tokenizer.apply_chat_template(list(messages), tools=tools, add_generation_prompt=True)
-        return self.tokenizer.encode(text, add_special_tokens=False)
+        """Prompt token ids for a conversation: the template writes its own special tokens, the messages' contents
+        are text (`Tokenizer.encode_chat`: an environment's `<|im_end|>` is never the token)."""
+        return self.tokenizer.encode_chat(list(messages), tools, add_generation_prompt=True)
 
     def make_request(self, ids: list[int], params: SamplingParams, *, index: int = 0, tag: Any = None) -> Request:
         """A request for prompt ids under the length policy (ValueError when it does not fit)."""

@@ -56,7 +56,7 @@ class EnvSession:
     def _call(self, method: str, args: list, msg: dict | None = None) -> CallResult:
         with self._lock:
             if self._closed:
-                return CallResult.failure("crashed", f"{method}(): the session is closed")
+                return CallResult.failure("unavailable", f"{method}(): the session is closed")
             if not self.load_result.ok or self._worker is None:
                 return self.load_result
             msg = {**(msg or {"op": "call", "method": method, "args": args}), "sid": self._sid}
@@ -149,11 +149,11 @@ class HostPool:
             with self._cv:
                 while True:
                     if self._closed:
-                        return CallResult.failure("crashed", "the host pool is closed")
+                        return CallResult.failure("unavailable", "the host pool is closed")
                     dead = [w for w in self._live if not w.alive()]
                     if dead:
                         break
-                    room = [w for w in self._live if w.sessions < self.sessions_per_worker]
+                    room = [w for w in self._live if w.sessions < self.sessions_per_worker and not w.draining]
                     best = min(room, key=lambda w: w.sessions, default=None)
                     can_start = len(self._live) + self._starting < self.num_workers
                     if best is not None and (best.sessions == 0 or not can_start):
@@ -177,7 +177,7 @@ class HostPool:
             with self._cv:
                 self._starting -= 1
                 self._cv.notify_all()
-            return CallResult.failure("crashed", f"could not start a sandbox: {e}")
+            return CallResult.failure("unavailable", f"could not start a sandbox: {e}")
         with self._cv:
             self._starting -= 1
             self.stats["workers_started"] += 1
@@ -187,7 +187,7 @@ class HostPool:
                 self._cv.notify_all()
                 return worker
         worker.kill("pool closed")
-        return CallResult.failure("crashed", "the host pool is closed")
+        return CallResult.failure("unavailable", "the host pool is closed")
 
     def _retire(self, worker: SandboxWorker, why: str, replace: bool = True) -> None:
         """Kills a failed worker and takes it out of the pool (counted once); `replace` starts another in the
@@ -226,9 +226,12 @@ class HostPool:
             ended = False
         with self._cv:
             worker.sessions -= 1
+            drained = worker.draining and worker.sessions == 0
             self._cv.notify_all()
         if not ended:
             self._retire(worker, "it failed")
+        elif drained:
+            self._retire(worker, "it could not start more episodes (drained)")
 
     def _count(self, result: CallResult) -> None:
         with self._cv:
@@ -244,9 +247,11 @@ class HostPool:
             self._starting += n
         self.map(lambda _: self._start_reserved(sessions=0), range(n))
 
-    def open(self, source: str, *, env_kwargs: dict | None = None) -> EnvSession:
+    def open(self, source: str, *, env_kwargs: dict | None = None, allow_exec: bool = False) -> EnvSession:
         """Loads `source` in a place of its own on a worker (blocks while every place is taken); load failures
-        are in `load_result`."""
+        are in `load_result`. `allow_exec`: the source is a trusted runner that compiles and runs code given to
+        it (the code evaluations' candidate programs): its own compile/exec calls pass the episode's guard; every
+        other rule holds for the code it runs. Never for an environment."""
         if not isinstance(source, str):
             return EnvSession(self, None, 0, CallResult.failure("load_error", "source must be a str"))
         size = len(source.encode("utf-8", "surrogatepass"))
@@ -262,10 +267,12 @@ class HostPool:
         if isinstance(worker, CallResult):
             return EnvSession(self, None, 0, worker)
         sid = worker.new_id()
-        msg = {"op": "load", "sid": sid, "source": source, "kwargs": kwargs}
+        msg = {"op": "load", "sid": sid, "source": source, "kwargs": kwargs, "allow_exec": bool(allow_exec)}
         result = worker.request(msg, self.sandbox.load_timeout_s, "load()")
         with self._cv:
             self.stats["sessions"] += 1
+            if result.error == "unavailable" and worker.alive():  # e.g. no clean uid left: no new sessions on it;
+                worker.draining = True  # the ones running finish, then it is replaced (`_release`)
         self._count(result)
         return EnvSession(self, worker, sid, result)
 

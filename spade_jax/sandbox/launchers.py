@@ -57,9 +57,10 @@ class SandboxConfig:
     max_file_mb: int = 16  # RLIMIT_FSIZE
     max_processes: int = 32  # RLIMIT_NPROC for the episode's own uid
     max_return_bytes: int = 65536  # JSON bytes one call may return
-    tmp_mb: int = 64  # size of the private /tmp (gvisor, bwrap)
+    tmp_mb: int = 64  # size of each session's private /tmp (gvisor, bwrap)
     # Bounds on the whole sandbox (its cgroup: every process, memfd/tmpfs file and SysV segment in it together);
-    # 0 picks K x memory_mb + tmp_mb + 384 MB (runtime, worker, the spare episode) and K x max_processes + 16
+    # 0 picks K x (memory_mb + tmp_mb + 1) + tmp_mb + 384 MB (sessions, runtime, worker, the spare episode) and
+    # K x max_processes + 16
     # processes (32 x that for gVisor, whose host side is threads and stub processes), for K sessions per worker.
     sandbox_memory_mb: int = 0
     sandbox_processes: int = 0
@@ -79,7 +80,9 @@ class SandboxConfig:
     def limits(self, level: str, sessions: int = 1) -> cgroups.Limits:
         """The whole-sandbox bounds in force at `level` for a worker serving up to `sessions` sessions at once
         (see `sandbox_memory_mb`, `sandbox_processes`): each session may use what one episode may."""
-        memory = self.sandbox_memory_mb or sessions * self.memory_mb + self.tmp_mb + 384
+        # every session's own bound (its process's RLIMIT_AS, its tmpfs, its /dev/shm) together: a session cannot
+        # hold memory outside them (sandbox/inside/guard.py), so no session's excess reaches its neighbours
+        memory = self.sandbox_memory_mb or sessions * (self.memory_mb + self.tmp_mb + 1) + self.tmp_mb + 384
         # gVisor's host side is the sentry's threads plus a stub process per address space: far more tasks
         procs = self.sandbox_processes or (sessions * self.max_processes + 16) * (32 if level == "gvisor" else 1)
         return cgroups.Limits(memory_mb=memory, pids=procs)
@@ -185,7 +188,9 @@ class Launcher:
             "uids": uids,
             "tmp": tmp,
             "pidns": self.level != "process",
-            "ipcns": self.level != "process",  # its own SysV IPC namespace: the worker may remove what is in it
+            # each episode gets mount and IPC namespaces of its own, with a private tmpfs /tmp (sandbox/inside/guard.py)
+            "isolate": self.level != "process",
+            "episode_seccomp": (seccomp.episode_program() or b"").hex(),
             "max_request_bytes": c.max_source_bytes + 65536,
         }
 
@@ -247,6 +252,8 @@ class Launcher:
         if self.is_root:  # no user namespace: it would map the sandbox to host root, where NPROC never binds
             argv += ["--cap-drop", "ALL", "--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
             argv += ["--cap-add", "CAP_KILL"]
+            # for the episodes' own mount and IPC namespaces (the zygote's; each episode drops it with its uid)
+            argv += ["--cap-add", "CAP_SYS_ADMIN"]
         else:
             argv += ["--unshare-user"]
         argv += ["--die-with-parent", "--new-session", "--hostname", "sandbox"]

@@ -5,15 +5,17 @@ each in its own time, tagged with the `rid`, and one reader thread per sandbox h
 waiting for it. So a session whose call hangs never delays another's: the zygote kills that episode alone at the
 call's deadline. Writes are whole frames under a lock. A sandbox that stops answering altogether (the host-side
 deadline, call timeout + grace, passes) or dies is killed, and every call waiting on it, of any session, comes
-back `crashed` (the one that waited too long: `timeout`); the kill is logged once with its reason. The grace is
+back `unavailable` (the host's failure, never an environment's); the kill is logged once with its reason. The grace is
 longer on a sandbox that serves several sessions (`SHARED_GRACE_S` more): the zygote keeps each call's own
 deadline, so the host's only catches a zygote that stopped answering, and on a loaded machine a slow answer must
 not cost every session on the sandbox. Never raises: failures are `CallResult`s.
 
-The sandbox's cgroup bound is shared by its sessions. With one session on it, going over it during a call is that
-call's `memory` failure (as with one session per sandbox). With several, the kernel's kill (of whichever episode
-process it picked, or of gVisor's whole sandbox) cannot be laid at one session's door: the sandbox is replaced
-and every session on it gets `crashed`, saying why.
+The sandbox's cgroup bound is the sum of its sessions' own bounds (`SandboxConfig.limits`): an episode holds no
+memory outside its RLIMIT_AS and its tmpfs (sandbox/inside/guard.py), so a session's excess is its own `memory`
+failure and the bound is not reached through sessions. Should it be anyway: with one session on it, going over it
+during a call is that call's `memory` failure; with several, the kernel's kill (of whichever episode process it
+picked, or of gVisor's whole sandbox) cannot be laid at one session's door: the sandbox is replaced and every
+session on it gets `unavailable`, saying why.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ class SandboxWorker:
         self.dead = ""  # why it can no longer serve
         self.sessions = 0
         self.retired = False  # taken out of the pool (counted once)
+        self.draining = False  # takes no new session; replaced once its sessions are over
         self._ids = itertools.count(1)
         self._lock = threading.Lock()  # the waiters
         self._write_lock = threading.Lock()
@@ -120,7 +123,7 @@ class SandboxWorker:
         """Sends one request and waits for its reply; the host-side deadline (timeout + grace) kills the sandbox
         if it is passed (only a zygote that stopped answering gets there: it keeps each call's deadline itself)."""
         if not self.alive():
-            return CallResult.failure("crashed", f"{what}: the worker is gone ({self.dead or 'it exited'})")
+            return CallResult.failure("unavailable", f"{what}: the worker is gone ({self.dead or 'it exited'})")
         rid = next(self._ids)
         try:
             data = protocol.encode({**msg, "rid": rid, "timeout": timeout})
@@ -156,12 +159,13 @@ class SandboxWorker:
 
     def _hung(self, timeout: float, what: str) -> CallResult:
         self.kill(f"{what} hung")
-        return CallResult.failure("timeout", f"{what} did not return within {timeout:g} s (sandbox killed)")
+        why = f"{what}: the sandbox did not answer within {timeout:g} s and its grace (sandbox killed)"
+        return CallResult.failure("unavailable", why)  # the zygote keeps each call's deadline: this is the host
 
     def _died(self, why: str, bounds: tuple[int, int, int], what: str) -> CallResult:
         time.sleep(0.05)  # let the stderr drain catch the runtime's last words
         tail = self.proc.stderr_tail().splitlines()[-1:]
-        died = CallResult.failure("crashed", f"{what}: sandbox died ({why}){': ' + tail[0] if tail else ''}")
+        died = CallResult.failure("unavailable", f"{what}: sandbox died ({why}){': ' + tail[0] if tail else ''}")
         result = self._over_bounds(died, bounds, what)
         self.kill(f"{what}: {why}")
         return result
@@ -181,7 +185,7 @@ class SandboxWorker:
         if self.sessions > 1:
             return result
         refused, killed, forks = (b - a for a, b in zip(before, now))
-        failed = result.error in ("crashed", "timeout")
+        failed = result.error in ("crashed", "timeout", "unavailable")
         limits = self.proc.cgroup.limits
         if killed or (refused and failed):
             bound = f"total memory bound ({limits.memory_mb} MB)"
@@ -202,4 +206,4 @@ class SandboxWorker:
         if not why:
             return None
         self.kill(why)
-        return CallResult.failure("crashed", f"the sandbox {why}; it was replaced")
+        return CallResult.failure("unavailable", f"the sandbox {why}; it was replaced")

@@ -9,13 +9,17 @@ CLI) ever sees a value that can make it raise.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
+from spade_jax.envs.outcome import reset_problem, step_problem
 from spade_jax.sandbox import protocol
 
-ERROR_KINDS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
+# The environment's failures (its designer answers for them): timeout, crashed (its process died: an exit, a
+# signal), memory, bad_return, exception, load_error. "unavailable" is the host's: the sandbox could not start
+# or died, the pool closed, or the call was starved of CPU by others; it is never held against an environment.
+ERROR_KINDS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error", "unavailable")
+ENV_FAULTS = ERROR_KINDS[:-1]
 
 
 @dataclass
@@ -24,7 +28,7 @@ class CallResult:
 
     ok: bool
     value: Any = None  # reset -> [obs, info]; step -> [obs, reward, terminated, truncated, info]; hint -> str|None
-    error: str | None = None  # None | timeout | crashed | memory | bad_return | exception | load_error
+    error: str | None = None  # None | one of ERROR_KINDS
     message: str = ""  # one line naming the problem
     traceback: str = ""  # text from inside the sandbox for exception / load_error
 
@@ -46,11 +50,11 @@ def from_reply(reply: Any, method: str) -> CallResult:
     is not plain data or not of the method's shape is 'bad_return' with a one-line reason naming the method.
     """
     if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-        return CallResult.failure("crashed", f"{method}(): worker sent a malformed reply")
+        return CallResult.failure("unavailable", f"{method}(): worker sent a malformed reply")
     if not reply["ok"]:
         error = reply.get("error") if isinstance(reply.get("error"), str) and reply["error"] in ERROR_KINDS else None
         tb = reply.get("traceback") if isinstance(reply.get("traceback"), str) else ""
-        return CallResult.failure(error or "crashed", str(reply.get("message") or error or "failed"), tb)
+        return CallResult.failure(error or "unavailable", str(reply.get("message") or error or "failed"), tb)
     try:
         value = protocol.clean_value(reply.get("value"))
     except ValueError as e:
@@ -64,50 +68,19 @@ def from_reply(reply: Any, method: str) -> CallResult:
     return CallResult(True, value)
 
 
-def _kind(value: Any) -> str:
-    """A short name for what a value is (no repr: a huge int or string stays out of the message)."""
-    if isinstance(value, list):
-        return f"a list of {len(value)}"
-    if isinstance(value, int) and not isinstance(value, bool) and abs(value) >= 10**15:
-        return f"int with {len(str(abs(value)))} digits"
-    if isinstance(value, bool | int | float) or value is None:
-        return f"{type(value).__name__} {value!r}"
-    return type(value).__name__
-
-
 def _check_reset(value: Any) -> str:
-    """'' when `value` is [observation: str, info: dict]."""
-    if not isinstance(value, list) or len(value) != 2:
-        return f"must return (observation, info), got {_kind(value)}"
-    if not isinstance(value[0], str):
-        return f"observation must be a str, got {_kind(value[0])}"
-    if not isinstance(value[1], dict):
-        return f"info must be a dict, got {_kind(value[1])}"
-    return ""
+    """'' when `value` is [observation: str, info: dict] (`envs.outcome.reset_problem`)."""
+    return reset_problem(value)
 
 
 def _check_step(value: Any) -> str:
-    """'' when `value` is [observation: str, reward: finite real, terminated: bool, truncated: bool, info: dict]."""
-    if not isinstance(value, list) or len(value) != 5:
-        got = len(value) if isinstance(value, list) else type(value).__name__
-        return f"must return a 5-tuple (obs, reward, terminated, truncated, info), got {got}"
-    obs, reward, terminated, truncated, info = value
-    if not isinstance(obs, str):
-        return f"observation must be a str, got {_kind(obs)}"
-    if isinstance(reward, bool) or not isinstance(reward, int | float):
-        return f"reward must be a float, got {_kind(reward)}"
-    try:
-        finite = math.isfinite(float(reward))
-    except OverflowError:  # an int beyond the float range, e.g. 10**400
-        finite = False
-    if not finite:
-        return f"reward must be a finite float, got {_kind(reward)} (beyond the float range)"
-    for name, flag in (("terminated", terminated), ("truncated", truncated)):
-        if not isinstance(flag, bool):
-            return f"{name} must be a bool, got {_kind(flag)}"
-    if not isinstance(info, dict):
-        return f"info must be a dict, got {_kind(info)}"
-    return ""
+    """'' when `value` is [observation, finite real reward, terminated, truncated, info]; a reward out of [-1, 1]
+    passes here: the caller counts it as the environment breaking its contract (`envs.outcome.step_problem`)."""
+    return step_problem(value, reward_range=False)
+
+
+def _kind(value: Any) -> str:
+    return type(value).__name__
 
 
 def _check_hint(value: Any) -> str:

@@ -2,8 +2,10 @@
 
 Shards are JSONL, Parquet or ArrayRecord files (a configurable text field); the embedded default corpus is
 built from Python's own documentation (`pydoc_data.topics` plus standard-library module docstrings read with
-`ast`, never imported), so it needs no download. Order is a seeded shuffle, reshuffled every epoch; each
-document is truncated to a token budget. `get_state()` / `set_state()` go into checkpoints.
+`ast`, never imported), so it needs no download. Order is a seeded shuffle, reshuffled every epoch
+(`sampling="epochs"`), or an independent uniform draw per request (`"uniform"`, the reference's
+`rng.sample(documents, 1)`); each document is cut to `max_doc_words` words (with the reference's marker when
+`truncation_marker`) and to a token budget. `get_state()` / `set_state()` go into checkpoints.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import glob
 import importlib.util
 import json
 import os
+import random
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -26,7 +29,7 @@ import grain
 from spade_jax import streams
 from spade_jax.config.selfplay import CorpusConfig
 
-__all__ = ["Corpus", "Document", "embedded_documents", "open_source"]
+__all__ = ["Corpus", "Document", "embedded_documents", "expand_paths", "open_source"]
 
 _SUFFIXES = {".jsonl": "jsonl", ".json": "jsonl", ".parquet": "parquet", ".arrayrecord": "arrayrecord"}
 _SKIP_MODULES = frozenset({"this", "antigravity", "__hello__", "__phello__", "idlelib", "test", "lib2to3"})
@@ -176,7 +179,9 @@ class _Concat:
         return self._sources[k][index - self._starts[k]]
 
 
-def _expand(paths: Sequence[str]) -> list[Path]:
+def expand_paths(paths: Sequence[str]) -> list[Path]:
+    """The shard files that corpus paths (files, globs, folders) name; FileNotFoundError, one line, for a path
+    that names none (a run checks this before it starts)."""
     files: list[Path] = []
     for pattern in paths:
         p = Path(pattern).expanduser()
@@ -197,7 +202,7 @@ def _expand(paths: Sequence[str]) -> list[Path]:
 def open_source(paths: Sequence[str], text_field: str = "text", id_field: str = "id") -> _Concat:
     """Random-access source over the given shard files/globs/directories (format from the file suffix)."""
     sources = []
-    for path in _expand(paths):
+    for path in expand_paths(paths):
         kind = _SUFFIXES.get(path.suffix.lower())
         if kind is None:
             raise ValueError(f"corpus: {path} has an unknown format (use .jsonl, .parquet or .arrayrecord)")
@@ -287,6 +292,8 @@ class Corpus:
         # documents that may never be used (and make a restored iterator re-read them).
         self._read = grain.ReadOptions(num_threads=0, prefetch_buffer_size=0)
         self._iter = iter(self._dataset.to_iter_dataset(self._read))
+        self._uniform = random.Random(config.seed) if config.sampling == "uniform" else None
+        self._draws = 0
 
     def __len__(self) -> int:
         """Number of documents in one epoch."""
@@ -297,7 +304,11 @@ class Corpus:
 
     def __next__(self) -> Document:
         for _ in range(len(self._source)):
-            doc = next(self._iter)
+            if self._uniform is not None:  # with replacement, independent of every earlier draw
+                self._draws += 1
+                doc = self._truncate(self._source[self._uniform.randrange(len(self._source))])
+            else:
+                doc = next(self._iter)
             if doc.text.strip():
                 return doc
         raise ValueError(f"corpus {self.name}: every document is empty")
@@ -310,6 +321,9 @@ class Corpus:
         """JSON-able position of the iterator, for checkpoints."""
         state = dict(self._iter.get_state())
         state.update(corpus=self.name, num_docs=len(self._source), seed=self.config.seed)
+        if self._uniform is not None:
+            v, internal, gauss = self._uniform.getstate()
+            state.update(uniform=[v, list(internal), gauss], draws=self._draws)
         return state
 
     def set_state(self, state: dict) -> None:
@@ -319,34 +333,45 @@ class Corpus:
                 f"corpus state is for {state.get('num_docs')} docs / seed {state.get('seed')}, "
                 f"this corpus has {len(self._source)} docs / seed {self.config.seed}"
             )
-        inner = {k: v for k, v in state.items() if k not in ("corpus", "num_docs", "seed")}
+        inner = {k: v for k, v in state.items() if k not in ("corpus", "num_docs", "seed", "uniform", "draws")}
         self._iter.set_state(inner)
+        if self._uniform is not None and state.get("uniform") is not None:
+            v, internal, gauss = state["uniform"]
+            self._uniform.setstate((v, tuple(internal), gauss))
+            self._draws = int(state.get("draws", 0))
 
     @property
     def position(self) -> int:
         """Documents drawn so far (across epochs)."""
+        if self._uniform is not None:
+            return self._draws
         return int(self._iter.get_state().get("next_index", 0))
 
     def _truncate(self, record: dict) -> Document:
         cfg = self.config
-        return truncate_document(record, cfg.max_doc_tokens, self.tokenizer, max_words=cfg.max_doc_words)
+        return truncate_document(record, cfg.max_doc_tokens, self.tokenizer, max_words=cfg.max_doc_words,
+                                 marker=cfg.truncation_marker)  # fmt: skip
 
 
-def truncate_words(text: str, max_words: int) -> tuple[str, bool]:
+def truncate_words(text: str, max_words: int, *, marker: bool = False) -> tuple[str, bool]:
     """The first `max_words` whitespace-separated words of `text`, joined by single spaces (the reference's
-    cut, spade/core/corpus.py), and whether anything was cut; text within the limit is returned unchanged."""
+    cut, spade/core/corpus.py), and whether anything was cut; text within the limit is returned unchanged. With
+    `marker` a cut text ends with the reference's "\n[Document truncated at ~N words]" (N the limit)."""
     if max_words <= 0:
         return text, False
     words = text.split(maxsplit=max_words)
     if len(words) <= max_words:
         return text, False
-    return " ".join(words[:max_words]), True
+    cut = " ".join(words[:max_words])
+    return (cut + f"\n[Document truncated at ~{max_words} words]" if marker else cut), True
 
 
-def truncate_document(record: dict, max_tokens: int, tokenizer: Any = None, *, max_words: int = 0) -> Document:
-    """Document cut to `max_words` words (0: no word cut), then to `max_tokens` tokens (with a tokenizer) or
-    about 4 characters per token (without); max_tokens <= 0 means no token cut."""
-    text, cut = truncate_words(record["text"], max_words)
+def truncate_document(record: dict, max_tokens: int, tokenizer: Any = None, *, max_words: int = 0,
+                      marker: bool = False) -> Document:  # fmt: skip
+    """Document cut to `max_words` words (0: no word cut; `marker`: the reference's note appended), then to
+    `max_tokens` tokens (with a tokenizer) or about 4 characters per token (without); max_tokens <= 0 means no
+    token cut."""
+    text, cut = truncate_words(record["text"], max_words, marker=marker)
     if max_tokens <= 0:
         return Document(record["id"], text, record.get("source", ""), cut)
     if len(text) > 24 * max_tokens:  # no token covers more than ~24 chars in practice: cheap pre-cut

@@ -1,45 +1,55 @@
-"""One self-play step, everything but the gradient: design (every `regen_interval` steps, skills round-robin),
-hints, plays, the design rounds' windows, designer rewards, memory updates, and the `SelfPlayBatch`.
+"""One self-play step, everything but the gradient, read top to bottom in `SelfPlay.step` and `measure`:
+design (every `regen_interval` steps, skills round-robin) -> hints -> plays -> the round's windows -> the
+memory -> the rounds that close score their designs -> the step's `SelfPlayBatch`, built once.
 
-At a round's first step each environment is played K times with its hint and K times without; at the
-round's other steps K times without. Play k of both conditions uses the same reset seed, which removes the
-seed variance from the regret. An environment whose step() hangs is the designer's fault: the hung episode
-is discarded (never trained), the environment is retired for the rest of its round and its design earns the
-timeout reward. At every step every environment played is also audited on the agent's own seeds
-(audit.py); one that broke its contract there, or in the agent's plays, is retired from the round and the
-archive, none of its plays of the step is trained, and its design earns the violation reward.
-A round's designs are trained `designer_delay` steps later on the window's measurements
-(window.py). When too few designs are valid (a small model early on), the step is filled with environments
-from the archive so the agent always has something to play.
+What carries over from one step to the next (the environments being played, the open rounds) is `CycleState`;
+`SelfPlay` holds the parts (memory, corpus, designer, hint writer, rollout engine, auditor) and the schedule.
+
+At a round's first step each environment is played with its hint (`plays_per_condition` times) and without
+(`SelfPlayConfig.unhinted_plays`); at the round's other steps without only. With `paired_seeds` hinted play k
+uses the reset seed of unhinted play k, which removes the seed variance from the regret. An environment whose
+step() hangs is the designer's fault: the hung episode is discarded (never trained), the environment retired
+for the rest of its round, and under the strict signal its design earns the timeout reward. Under the strict
+signal every environment played is also audited with the agent's own plays (gates/audit.py: replayed, and
+replayed with the answers swapped for empty and random ones, in sessions it cannot tell from the agent's); one
+that broke its contract there, or in the agent's plays, is retired from the round and the archive, none of its
+plays of the step is trained, and its design earns the violation reward. One whose audit the host could not
+finish trains none of its plays of that step either (default-deny). A hint whose candidate answers win at once
+is leaked (no regret). A round's designs are trained `designer_delay`
+steps later on the window's measurements (window.py). When too few designs are valid (a small model early on),
+`fill_from_archive` fills the step with archived environments so the agent always has something to play.
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 from spade_jax import streams
 from spade_jax.config.selfplay import SelfPlayConfig
 from spade_jax.envs.contract import SKILLS, TOOL_DOMAINS
 from spade_jax.envs.source import EnvSource
-from spade_jax.gates.audit import Auditor, AuditResult
+from spade_jax.gates.audit import AgentPlay, AuditEnv, Auditor, AuditResult
 from spade_jax.gates.sandboxed import GateConfig
 from spade_jax.infra.hosts import Hosts
 from spade_jax.interfaces import EnvPool, SamplerLike, TokenizerLike
-from spade_jax.selfplay.batch import SelfPlayBatch
+from spade_jax.selfplay.admission import remember
+from spade_jax.selfplay.batch import SelfPlayBatch, agent_samples, designer_samples
 from spade_jax.selfplay.corpus import Corpus
 from spade_jax.selfplay.designer import Designer, DesignResult, DesignTarget
 from spade_jax.selfplay.hints import HintWriter, defines_hint
 from spade_jax.selfplay.memory import EnvRecord, Memory
 from spade_jax.selfplay.regret import LearningProgress
 from spade_jax.selfplay.rollouts import HINT, NO_HINT, EpisodeSpec, ModelPolicy, Policy, RolloutEngine, RolloutResult
-from spade_jax.selfplay.window import DesignSample, EnvWindow, Round, RoundScore, score_round, window_stats
-from spade_jax.trajectory import AGENT, DESIGNER, Sample
+from spade_jax.selfplay.stats import audit_stats, step_stats
+from spade_jax.selfplay.window import DesignSample, EnvWindow, HintStatus, Round, RoundScore, record_plays, score_round
 
-__all__ = ["FixedPool", "PlayableEnv", "SelfPlay"]
+__all__ = ["CycleState", "FixedPool", "PlayableEnv", "SelfPlay"]
 
 
 @dataclass
@@ -67,6 +77,25 @@ class FixedPool:
         return streams.rng(self.seed, "pool", step).sample(list(self.envs), min(self.per_step, len(self.envs)))
 
 
+@dataclass
+class CycleState:
+    """What the cycle carries from one step to the next (checkpointed with the rest of `SelfPlay.get_state`):
+    the environments being played, the design rounds still open, and how many rounds were designed."""
+
+    current: list[PlayableEnv] = field(default_factory=list)
+    rounds: list[Round] = field(default_factory=list)
+    design_rounds: int = 0
+
+    def to_dict(self) -> dict:
+        return {"current": [asdict(e) for e in self.current], "rounds": [r.to_dict() for r in self.rounds],
+                "design_rounds": self.design_rounds}  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict) -> CycleState:
+        return cls([PlayableEnv(**e) for e in data["current"]], [Round.from_dict(r) for r in data.get("rounds", [])],
+                   int(data.get("design_rounds", 0)))  # fmt: skip
+
+
 def gate_key(run_dir: str | Path | None) -> str:
     """The run's secret for gate seeds (`GateConfig.seed_key`): made once, kept in the run directory (so a resumed
     run validates with the same seeds), never sent to an environment. Without a run directory: the default key."""
@@ -87,7 +116,7 @@ def gate_key(run_dir: str | Path | None) -> str:
 
 
 class SelfPlay:
-    """Owns the memory, corpus, designer, hint writer and rollout engine of a run."""
+    """Owns the memory, corpus, designer, hint writer and rollout engine of a run; `step` is the schedule."""
 
     def __init__(
         self,
@@ -122,7 +151,7 @@ class SelfPlay:
         if gate_config is None:  # the run's key, made by the leader only
             key = hosts.gather(gate_key(run_dir) if hosts.is_leader else None)[0]
             gate_config = replace(config.gates, max_turns=config.rollout.max_turns, seed_key=key)
-        self.gate_config = gate_config
+        self.gate_config = replace(gate_config, strict=gate_config.strict and config.strict)
         self.designer = Designer(
             sampler, tokenizer, pool, self.memory, config.designer, corpus=corpus, gate_config=self.gate_config,
             exemplars=(config.memory.n_positive, config.memory.n_negative),
@@ -133,19 +162,83 @@ class SelfPlay:
             sampler, tokenizer, temperature=config.rollout.temperature, top_p=config.rollout.top_p,
             top_k=config.rollout.top_k, seed=hosts.seed(config.seed),
         )  # fmt: skip
-        self.engine = RolloutEngine(
-            pool, self.policy, tokenizer, config.rollout, max_context=context, hint_template=config.hints.template
-        )
-        self.auditor = (
-            Auditor(pool, random_plays=config.audit.random_plays, max_turns=config.rollout.max_turns)
-            if config.audit.enabled
-            else None
-        )
+        rollout = replace(config.rollout, check_hint_leaks=config.rollout.check_hint_leaks and config.strict)
+        self.engine = RolloutEngine(pool, self.policy, tokenizer, rollout, max_context=context,
+                                    hint_template=config.hints.template)  # fmt: skip
+        audit = config.audit.enabled and config.strict
+        self.auditor = Auditor(pool, random_plays=config.audit.random_plays, max_turns=config.rollout.max_turns,
+                               action_parsing=config.rollout.action_parsing) if audit else None  # fmt: skip
         self.progress = LearningProgress(config.reward.lp_gamma_fast, config.reward.lp_gamma_slow)
         self.rng = streams.rng(config.seed, "selfplay")
-        self.current: list[PlayableEnv] = []
-        self.rounds: list[Round] = []
-        self.design_rounds = 0
+        self.state = CycleState()
+
+    # ----------------------------------------------------------------------------------- the step
+    def step(self, step: int, *, final: bool = False, pool: FixedPool | None = None) -> SelfPlayBatch:
+        """One full self-play step; returns the samples of both roles and the step's measurements.
+
+        `final` closes every open round, so the designs of the last rounds are trained too. With `pool` the
+        step plays environments drawn from it instead of designing (archived with origin "pool")."""
+        if pool is not None:
+            envs = [self._archived(env, step) for env in pool.draw(step)]
+            self.attach_hints(envs, step)
+            return self.measure(envs, step)
+        designs: list[DesignResult] = []
+        if not self.state.current or step % self.config.regen_interval == 0:
+            designs = self.design(step)
+            envs = [PlayableEnv(d.env_id, d.source, d.target.kind, d.target.skill) for d in designs if d.valid]
+            if self.config.fill_from_archive and len(envs) < self.config.envs_per_step:
+                envs += self.from_archive(self.config.envs_per_step - len(envs), {e.env_id for e in envs})
+            self.state.current = envs
+            self.attach_hints(envs, step)
+            self.open_round(step, envs, designs)
+        return self.measure(self.state.current, step, designs, final=final)
+
+    def measure(self, envs: list[PlayableEnv], step: int, designs: Sequence[DesignResult] = (), *,
+                final: bool = False) -> SelfPlayBatch:  # fmt: skip
+        """Plays `envs` (hinted too at their round's first step), records the plays in their round and the
+        memory, retires environments that hung or broke their contract, closes the rounds that are due, and
+        builds the step's batch. Environments outside the open round (fixed pools, given environments) make a
+        round of their own that is scored at once."""
+        rnd = self.state.rounds[-1] if self.state.rounds else None
+        adhoc = None
+        if rnd is None or not all(e.env_id in rnd.envs for e in envs):
+            rnd = adhoc = self.open_round(step, envs, [])
+        first = step == rnd.start
+        result = self.play(envs, step, hinted=first) if envs else RolloutResult([])
+        t_audit = time.perf_counter()
+        audits = self.audit(envs, step, result, hinted=first)
+        t_audit = time.perf_counter() - t_audit
+        recorded = record_plays(rnd, result, step - rnd.start, {k: a.violation for k, a in audits.items()
+                                                               if a.violation},
+                                leaked={k for k, a in audits.items() if a.hint_leaked})  # fmt: skip
+        unchecked = {k for k, a in audits.items() if a.inconclusive}  # default-deny: none of its plays trained
+        remember(self.memory, rnd, recorded, step, self.config)
+        self.state.current = [e for e in self.state.current if e.env_id not in recorded.retired]
+        closing = [r for r in self.state.rounds if final or r is adhoc or r.due(step, self.config.designer_delay)]
+        self.state.rounds = [r for r in self.state.rounds if r not in closing]
+        scores: dict[str, RoundScore] = {}
+        released, masked = [], 0
+        for r in closing:
+            scored = self._score(r)
+            scores.update(scored)
+            if self.config.train_designer:
+                samples, dropped = designer_samples(r, scored, step, drop_negative=not self.config.strict)
+                released += samples
+                masked += dropped
+        agent = agent_samples(result.episodes, step, exclude=set(recorded.broken) | unchecked,
+                              train_hinted=self.config.train_agent_on_hinted,
+                              compact_filter=self.config.compact_filter)  # fmt: skip
+        stats = step_stats(result, designs, scores, recorded.hung, released, self.memory, self.hint_writer,
+                           open_rounds=len(self.state.rounds),
+                           mutations=self.config.designer.mutation_share > 0)  # fmt: skip
+        stats.update(audit_stats(audits, recorded.broken))
+        if audits:
+            stats["time/audit"] = t_audit
+        return SelfPlayBatch(
+            agent=tuple(agent), designer=tuple(released), designs_made=len(designs), designer_masked=masked,
+            envs=tuple({"env_id": env_id, **_score_row(sc)} for env_id, sc in scores.items()), stats=stats,
+            examples=tuple(_examples(result)),
+        )  # fmt: skip
 
     # ----------------------------------------------------------------------------------- designing
     def targets(self, n: int) -> list[DesignTarget]:
@@ -161,7 +254,7 @@ class SelfPlay:
                  for skill in (self.config.skills or (TOOL_DOMAINS if kind == "tool" else SKILLS))]  # fmt: skip
         k = self.config.skills_per_regen or len(pairs)
         k = max(1, min(k, len(pairs), n // 2))
-        start = (self.design_rounds * k) % len(pairs)
+        start = (self.state.design_rounds * k) % len(pairs)
         active = [pairs[(start + j) % len(pairs)] for j in range(k)]
         return self.mutation_targets([DesignTarget(*active[i % k]) for i in range(n)])
 
@@ -187,7 +280,7 @@ class SelfPlay:
     def design(self, step: int, n: int | None = None) -> list[DesignResult]:
         """Designs n environments (default envs_per_step); every attempt lands in the memory."""
         results = self.designer.design(self.targets(n or self.config.envs_per_step), step)
-        self.design_rounds += 1
+        self.state.design_rounds += 1
         return results
 
     def from_archive(self, n: int, exclude: set[str] = frozenset()) -> list[PlayableEnv]:
@@ -197,6 +290,30 @@ class SelfPlay:
         self.rng.shuffle(entries)
         entries.sort(key=lambda r: 0 if (r.measured and lo <= r.win_rate_no_hint <= hi) else 1)
         return [PlayableEnv(r.id, r.code, r.kind, r.skill) for r in entries[:n]]
+
+    def open_round(self, step: int, envs: list[PlayableEnv], designs: Sequence[DesignResult]) -> Round:
+        """Starts the window of a regeneration step's environments and keeps its designs for training."""
+        windows = {e.env_id: EnvWindow(e.env_id, e.kind, e.skill,
+                                       HintStatus.OK if (e.hint or e.env_hint) else HintStatus.MISSING)
+                   for e in envs}  # fmt: skip
+        rnd = Round(step, windows, plays=self.config.unhinted_plays(len(envs)),
+                    hint_plays=self.config.plays_per_condition)  # fmt: skip
+        for d in designs:
+            for a in d.trainable(self.config.designer):
+                rnd.samples.append(DesignSample(
+                    a.prompt_ids, a.completion_ids, a.logprobs, a.raw_logprobs, a.record_id, d.target.kind,
+                    d.target.skill, a.valid, a.attempt, a.verdict.gate,
+                ))  # fmt: skip
+        self.state.rounds.append(rnd)
+        return rnd
+
+    def _archived(self, env: EnvSource, step: int) -> PlayableEnv:
+        """A pool environment as played, entered in the memory the first time it is drawn."""
+        env_id = f"pool-{env.name}"
+        if self.memory.get(env_id) is None:
+            self.memory.add(EnvRecord(id=env_id, code=env.source, kind=env.kind, skill=env.skill, name=env.name,
+                                      origin="pool", verdict_valid=True, verdict_gate="pool", step=step))  # fmt: skip
+        return PlayableEnv(env_id, env.source, env.kind, env.skill)
 
     # ---------------------------------------------------------------------------------------- hints
     def attach_hints(self, envs: list[PlayableEnv], step: int) -> None:
@@ -213,17 +330,25 @@ class SelfPlay:
             for env, res in zip(need_model, written):
                 env.hint = res.hint  # None (empty / cut / error): its hinted plays are discarded ("hint_failed")
 
-    # ------------------------------------------------------------------------------------ measuring
-    def play(self, envs: list[PlayableEnv], step: int, k: int | None = None, *, hinted: bool = True) -> RolloutResult:
-        """K unhinted (and, with `hinted`, K hinted) episodes of every environment, in one batched rollout.
-        An environment without a hint gets no hinted plays: there is nothing to measure regret with."""
-        k = k or self.config.plays_per_condition
+    # -------------------------------------------------------------------------------------- playing
+    def seeds(self, env_id: str, step: int, n: int, condition: str = NO_HINT) -> list[int]:
+        """The reset seeds of an environment's n plays in a condition at `step`: play k's from the run's episode
+        stream, the hinted ones from a stream of their own unless `paired_seeds`."""
+        run_seed = self.config.seed
+        if condition == HINT and not self.config.paired_seeds:
+            return [streams.derive(run_seed, "hinted", env_id, step, k) for k in range(n)]
+        return [streams.episode_seed(run_seed, env_id, step, k) for k in range(n)]
+
+    def play(self, envs: list[PlayableEnv], step: int, *, hinted: bool = True) -> RolloutResult:
+        """Every environment's unhinted plays (and, with `hinted`, its hinted ones), in one batched rollout,
+        environment by environment, hinted first. An environment without a hint gets no hinted plays: there is
+        nothing to measure regret with."""
+        counts = {HINT: self.config.plays_per_condition, NO_HINT: self.config.unhinted_plays(len(envs))}
         specs = []
         for env in envs:
             has_hint = bool(env.hint) or env.env_hint
             for cond in (HINT, NO_HINT) if (hinted and has_hint) else (NO_HINT,):
-                for i in range(k):
-                    seed = streams.episode_seed(self.config.seed, env.env_id, step, i)
+                for seed in self.seeds(env.env_id, step, counts[cond], cond):
                     specs.append(EpisodeSpec(env.env_id, env.source, seed, cond, env.hint, env.env_hint, env.kind))
         return self.run(specs)
 
@@ -233,6 +358,27 @@ class SelfPlay:
             return self.engine.run(specs)
         block = [specs[i] for i in self.hosts.block(len(specs))]
         return RolloutResult.merge(self.hosts.gather(self.engine.run(block) if block else RolloutResult([])))
+
+    def audit(self, envs: Sequence[PlayableEnv], step: int, result: RolloutResult | None = None, *,
+              hinted: bool = True) -> dict[str, AuditResult]:  # fmt: skip
+        """Audits of `envs` with the agent's plays of `step` (gates/audit.py: each play replayed, agent-shaped
+        random and no-op plays, at a step that shows hints their candidate answers); empty when audits are off.
+        Without plays (`result` None) the reset seeds the agent plays unhinted at `step` are audited with prose
+        replies. Each host audits its block of environments; every host has every play."""
+        if self.auditor is None or not envs:
+            return {}
+        if result is None:
+            n = self.config.unhinted_plays(len(envs))
+            old = [(e.env_id, e.source, self.seeds(e.env_id, step, n), e.env_hint and hinted) for e in envs]
+            results = self.hosts.map(old, lambda block: list(self.auditor.run(block).values()))
+        else:
+            ids = {e.env_id for e in envs}
+            plays = [AgentPlay.from_episode(ep) for ep in result.episodes if ep.env_id in ids]
+            items = [AuditEnv(e.env_id, e.source, e.kind, e.env_hint and hinted, e.hint) for e in envs]
+            results = self.hosts.map(
+                items, lambda block: list(self.auditor.audit_step(block, plays, hint_check=hinted).values())
+            )
+        return {r.env_id: r for r in results}
 
     def evaluate(self, envs: Sequence[EnvSource], step: int, plays: int) -> dict[str, list[bool]]:
         """Unhinted plays of environments kept out of training (held-out seeds, evaluation sets): each one's
@@ -249,242 +395,27 @@ class SelfPlay:
             out[spec.env_id.removeprefix("heldout-")].append(won.get((spec.env_id, spec.seed), False))
         return out
 
-    def step(self, step: int, *, final: bool = False, pool: FixedPool | None = None) -> SelfPlayBatch:
-        """One full self-play step; returns the samples of both roles and the step's measurements.
-
-        `final` closes every open round, so the designs of the last rounds are trained too. With `pool` the
-        step plays environments drawn from it instead of designing (archived with origin "pool")."""
-        if pool is not None:
-            return self.play_fixed([self._archived(env, step) for env in pool.draw(step)], step)
-        designs: list[DesignResult] = []
-        if not self.current or step % self.config.regen_interval == 0:
-            designs = self.design(step)
-            envs = [PlayableEnv(d.env_id, d.source, d.target.kind, d.target.skill) for d in designs if d.valid]
-            if self.config.fill_from_archive and len(envs) < self.config.envs_per_step:
-                envs += self.from_archive(self.config.envs_per_step - len(envs), {e.env_id for e in envs})
-            self.current = envs
-            self.attach_hints(self.current, step)
-            self.open_round(step, self.current, designs)
-        return self.measure(self.current, step, designs, final=final)
-
-    def _archived(self, env: EnvSource, step: int) -> PlayableEnv:
-        """A pool environment as played, entered in the memory the first time it is drawn."""
-        env_id = f"pool-{env.name}"
-        if self.memory.get(env_id) is None:
-            self.memory.add(EnvRecord(id=env_id, code=env.source, kind=env.kind, skill=env.skill, name=env.name,
-                                      origin="pool", verdict_valid=True, verdict_gate="pool", step=step))  # fmt: skip
-        return PlayableEnv(env_id, env.source, env.kind, env.skill)
-
-    def play_fixed(self, envs: list[PlayableEnv], step: int) -> SelfPlayBatch:
-        """A step on given environments (fixed-pool baselines): hints, then a round of its own, scored at once."""
-        self.attach_hints(envs, step)
-        return self.measure(envs, step)
-
-    def open_round(self, step: int, envs: list[PlayableEnv], designs: Sequence[DesignResult]) -> Round:
-        """Starts the window of a regeneration step's environments and keeps its designs for training."""
-        rnd = Round(step, {e.env_id: EnvWindow(e.env_id, e.kind, e.skill, "ok" if (e.hint or e.env_hint) else "missing")
-                           for e in envs})  # fmt: skip
-        for d in designs:
-            for a in d.trainable(self.config.designer):
-                rnd.samples.append(DesignSample(
-                    a.prompt_ids, a.completion_ids, a.logprobs, a.raw_logprobs, a.record_id, d.target.kind,
-                    d.target.skill, a.valid, a.attempt, a.verdict.gate,
-                ))  # fmt: skip
-        self.rounds.append(rnd)
-        return rnd
-
-    def measure(self, envs: list[PlayableEnv], step: int, designs: Sequence[DesignResult] = (), *,
-                final: bool = False) -> SelfPlayBatch:  # fmt: skip
-        """Plays `envs` (hinted too at their round's first step), records the plays in their round, retires
-        environments that hung, closes the rounds that are due, and builds the batch of both roles.
-
-        Environments outside the open round (fixed pools, evaluation of given environments) make a round of
-        their own that is scored at once."""
-        rnd = self.rounds[-1] if self.rounds else None
-        adhoc = None
-        if rnd is None or not all(e.env_id in rnd.envs for e in envs):
-            rnd = adhoc = self.open_round(step, envs, [])
-        result = self.play(envs, step, hinted=step == rnd.start) if envs else RolloutResult([])
-        audits = self.audit(envs, step, hinted=step == rnd.start)
-        hung, broken = self._record(rnd, result, step, audits)
-        self.current = [e for e in self.current if e.env_id not in hung | broken]
-        batch = SelfPlayBatch(samples=self._agent_samples(result, step, exclude=broken))
-        closing = [r for r in self.rounds if final or r is adhoc or r.due(step, self.config.designer_delay)]
-        self.rounds = [r for r in self.rounds if r not in closing]
-        scores: dict[str, RoundScore] = {}
-        for r in closing:
-            scores.update(self._close(r, batch, step))
-        n_agent = len(batch.samples) - len(batch.by_role("designer"))
-        batch.designer_scale = self.designer_scale(n_agent, len(batch.by_role("designer")))
-        batch.envs = [{"env_id": env_id, **_score_row(sc)} for env_id, sc in scores.items()]
-        batch.stats = self._stats(result, designs, scores, hung, batch)
-        batch.stats.update(_audit_stats(audits, broken))
-        return batch
-
-    def audit(self, envs: Sequence[PlayableEnv], step: int, *, hinted: bool = True) -> dict[str, AuditResult]:
-        """Audits of `envs` on the reset seeds the agent plays at `step` (empty when audits are off); the
-        hint checks only where the agent is shown the environment's own hint this step (`hinted`)."""
-        if self.auditor is None or not envs:
-            return {}
-        n, run_seed = self.config.plays_per_condition, self.config.seed
-        seeds = {e.env_id: [streams.episode_seed(run_seed, e.env_id, step, k) for k in range(n)] for e in envs}
-        items = [(e.env_id, e.source, seeds[e.env_id], e.env_hint and hinted) for e in envs]
-        results = self.hosts.map(items, lambda block: list(self.auditor.run(block).values()))  # each host its block
-        return {r.env_id: r for r in results}
-
-    def _record(self, rnd: Round, result: RolloutResult, step: int,
-                audits: dict[str, AuditResult]) -> tuple[set[str], set[str]]:  # fmt: skip
-        """Adds a step's plays to the round's windows (and the running figures to the memory); returns the
-        environments that hung and those that broke their contract (audits, plays), both retired from the rest
-        of the round; the latter leave the archive too."""
-        offset = step - rnd.start
-        hung, broken, played = set(), set(), Counter()
-        for env_id, audit in audits.items():
-            if audit.violation and env_id in rnd.envs:
-                rnd.envs[env_id].violations.append(audit.violation)
-                broken.add(env_id)
-        for ep in result.episodes:
-            env = rnd.envs.get(ep.env_id)
-            if env is None:
-                continue
-            if ep.violation:
-                env.violations.append(ep.violation)
-                broken.add(ep.env_id)
-            if ep.end_reason == "timeout":
-                env.timeouts += 1
-                hung.add(ep.env_id)
-            if ep.condition == HINT and ep.hint_failed:
-                env.hint_status = "missing"
-            if ep.discarded or ep.end_reason == "timeout":
-                continue
-            played[ep.env_id] += 1
-            if ep.condition == NO_HINT:
-                env.add_play(offset, ep.episode_return, ep.won)
-            elif ep.hint_leaked:
-                env.hint_status = "leaked"
-            else:
-                env.hint_returns.append(ep.episode_return)
-                env.hint_wins.append(ep.won)
-        for env_id, n in played.items():
-            st = window_stats(rnd.envs[env_id], expected_plays=self.config.plays_per_condition,
-                              min_plays_fraction=self.config.reward.min_plays_fraction)  # fmt: skip
-            if self.memory.get(env_id) is None:  # envs outside memory: not archived
-                continue
-            if not st.measured:
-                self.memory.update_stats(env_id, plays=n)
-                continue
-            hinted = st.n_hint > 0
-            self.memory.update_stats(env_id, win_rate_hint=st.win_rate_hint if hinted else None,
-                                     win_rate_no_hint=st.win_rate, return_hint=st.return_hint if hinted else None,
-                                     return_no_hint=st.return_no_hint, regret=st.regret, plays=n)  # fmt: skip
-        for env_id in broken:
-            self.memory.retire(env_id)
-        return hung, broken
-
-    def _agent_samples(self, result: RolloutResult, step: int, exclude: set[str] = frozenset()) -> list[Sample]:
-        """The agent role's samples: kept, finished plays (never a hung one, nor any play of the step of an
-        environment in `exclude`: one that broke its contract)."""
-        out = []
-        for ep in result.kept:
-            if ep.env_id in exclude or ep.end_reason == "timeout":
-                continue
-            if ep.condition == HINT and not self.config.train_agent_on_hinted:
-                continue
-            if not ep.completion_ids or not ep.prompt_ids:
-                continue
-            out.append(Sample(
-                ep.prompt_ids, ep.completion_ids, ep.completion_mask, ep.logprobs, role=AGENT,
-                reward=ep.episode_return, group_id=f"agent/{step}/{ep.env_id}/{ep.condition}",
-                raw_logprobs=ep.raw_logprobs,
-                meta={"env_id": ep.env_id, "condition": ep.condition, "turns": ep.turns, "end": ep.end_reason,
-                      "won": ep.won, "seed": ep.spec.seed},
-            ))  # fmt: skip
-        return out
-
-    def _close(self, rnd: Round, batch: SelfPlayBatch, step: int) -> dict[str, RoundScore]:
-        """Scores a round's environments over their window, stores the designer rewards in the memory and
-        releases the round's designer samples (grouped per round and skill) into the batch."""
+    # -------------------------------------------------------------------------------------- scoring
+    def _score(self, rnd: Round) -> dict[str, RoundScore]:
+        """Scores a closing round's environments over their window and stores the designer rewards."""
         scores = score_round(rnd, self.config.reward, self.progress, expected_plays=self.config.plays_per_condition,
-                             min_plays_fraction=self.config.reward.min_plays_fraction)  # fmt: skip
+                             min_plays_fraction=self.config.reward.min_plays_fraction,
+                             strict=self.config.strict)  # fmt: skip
         for env_id, sc in scores.items():
             if self.memory.get(env_id) is not None:
                 self.memory.update_stats(env_id, designer_reward=sc.reward)
-        if not self.config.train_designer:
-            return scores
-        for d in rnd.samples:
-            reward = scores[d.record_id].reward if (d.valid and d.record_id in scores) else 0.0
-            batch.samples.append(Sample(
-                d.prompt_ids, d.completion_ids, [1] * len(d.completion_ids), d.logprobs, role=DESIGNER,
-                reward=reward, group_id=f"designer/{rnd.start}/{d.kind}/{d.skill}", raw_logprobs=d.raw_logprobs,
-                meta={"record_id": d.record_id, "attempt": d.attempt, "gate": d.gate, "valid": d.valid,
-                      "kind": d.kind, "skill": d.skill, "round": rnd.start, "delayed_by": step - rnd.start},
-            ))  # fmt: skip
         return scores
-
-    def designer_scale(self, n_agent: int, n_designer: int) -> float:
-        """The factor on centred designer rewards: fixed, or the reference's automatic one (agent samples per
-        designer sample times the regeneration interval, capped)."""
-        if self.config.designer_reward_scale > 0:
-            return self.config.designer_reward_scale
-        if n_agent <= 0 or n_designer <= 0:
-            return 1.0
-        return min(n_agent / n_designer * self.config.regen_interval, self.config.designer_reward_scale_max)
-
-    def _stats(self, result: RolloutResult, designs, scores: dict[str, RoundScore], hung: set[str],
-               batch: SelfPlayBatch) -> dict[str, float]:  # fmt: skip
-        out = {f"rollout/{k}": v for k, v in result.stats().items()}
-        out.update(result.hint_stats())
-        out.update(self.hint_writer.stats())
-        out.update({f"rollout/failure_{k}": float(v) for k, v in result.failures.items()})
-        out["rollout/timeouts_discarded"] = float(sum(e.end_reason == "timeout" for e in result.episodes))
-        out["env/retired_hung"] = float(len(hung))
-        if designs:
-            attempts = [a for d in designs for a in d.attempts]
-            out["design/targets"] = float(len(designs))
-            out["design/valid_frac"] = sum(d.valid for d in designs) / len(designs)
-            out["design/attempts"] = float(len(attempts))
-            out["design/retried_valid"] = float(sum(d.valid and len(d.attempts) > 1 for d in designs))
-            for gate, n in Counter(a.verdict.gate for a in attempts if not a.valid).items():
-                out[f"design/failed_{gate}"] = float(n)
-            if self.config.designer.mutation_share > 0:
-                mutations = [d for d in designs if d.mutation_of]
-                out["design/mutations"] = float(len(mutations))
-                out["design/mutation_fallbacks"] = float(sum(bool(d.target.parent_id and not d.mutation_of)
-                                                             for d in designs))  # fmt: skip
-                if mutations:
-                    out["design/mutation_valid_frac"] = sum(d.valid for d in mutations) / len(mutations)
-        out["design/rounds_open"] = float(len(self.rounds))
-        released = batch.by_role("designer")
-        out["design/samples_released"] = float(len(released))
-        if released:  # what the designer is trained on: its designs' rewards, an invalid one's 0 included
-            out["design/reward_mean"] = sum(s.reward for s in released) / len(released)
-        out["design/reward_scale"] = batch.designer_scale
-        if scores:
-            measured = [s.stats for s in scores.values() if s.stats.measured]
-            out["env/scored"] = float(len(scores))
-            if measured:
-                out["env/regret_mean"] = sum(s.regret for s in measured) / len(measured)
-                out["env/win_rate_no_hint_mean"] = sum(s.win_rate_no_hint for s in measured) / len(measured)
-                out["env/win_rate_hint_mean"] = sum(s.win_rate_hint for s in measured) / len(measured)
-            # every environment the round played (seed-library ones too), by the designer's reward rule
-            out["env/designer_reward_mean"] = sum(s.reward for s in scores.values()) / len(scores)
-            for status, n in Counter(s.hint_status for s in scores.values()).items():
-                out[f"env/hint_{status}"] = float(n)  # environments scored with a usable / missing / leaked hint
-        out.update({f"memory/{k}": float(v) for k, v in self.memory.summary().items()})
-        return out
 
     # ---------------------------------------------------------------------------------- checkpoints
     def get_state(self) -> dict:
-        """JSON-able state for exact resume (corpus position, memory snapshot, RNGs, current envs)."""
+        """JSON-able state for exact resume (corpus position, memory snapshot, RNGs, the cycle's state)."""
         rng = self.rng.getstate()
         return {
             "corpus": self.corpus.get_state() if self.corpus is not None else None,
             "memory": self.memory.get_state(),
             "progress": self.progress.get_state(),
             "rng": [rng[0], list(rng[1]), rng[2]],
-            "current": [asdict(e) for e in self.current],
-            "rounds": [r.to_dict() for r in self.rounds],
-            "design_rounds": self.design_rounds,
+            **self.state.to_dict(),
             "designer_calls": self.designer.calls,
             "policy_calls": getattr(self.policy, "calls", 0),
             "policy_calls_by_host": self.hosts.gather(getattr(self.policy, "calls", 0)),  # each host plays its own
@@ -498,9 +429,7 @@ class SelfPlay:
         self.progress.set_state(state["progress"])
         v, internal, gauss = state["rng"]
         self.rng.setstate((v, tuple(internal), gauss))
-        self.current = [PlayableEnv(**e) for e in state["current"]]
-        self.rounds = [Round.from_dict(r) for r in state.get("rounds", [])]
-        self.design_rounds = int(state.get("design_rounds", 0))
+        self.state = CycleState.from_dict(state)
         self.designer.calls = int(state.get("designer_calls", 0))
         if hasattr(self.policy, "calls"):
             by_host = state.get("policy_calls_by_host") or []
@@ -515,19 +444,19 @@ class SelfPlay:
 
 def _score_row(sc: RoundScore) -> dict:
     """An environment's window measurement as a flat row (logs, reports)."""
-    return {"designer_reward": sc.reward, "hint_status": sc.hint_status, "timeouts": sc.timeouts,
+    return {"designer_reward": sc.reward, "hint_status": str(sc.hint_status), "timeouts": sc.timeouts,
             "violation": sc.violation, **asdict(sc.stats)}  # fmt: skip
 
 
-def _audit_stats(audits: dict[str, AuditResult], broken: set[str]) -> dict[str, float]:
-    """The step's audit counters: environments audited, audit episodes, inconclusive audits, and environments
-    retired for a broken contract (audits and plays)."""
-    if not audits and not broken:
-        return {}
-    return {
-        "audit/envs": float(len(audits)),
-        "audit/episodes": float(sum(a.episodes for a in audits.values())),
-        "audit/inconclusive": float(sum(bool(a.inconclusive) for a in audits.values())),
-        "audit/random_wins": float(sum(a.random_wins for a in audits.values())),
-        "env/retired_broken": float(len(broken)),
-    }
+def _examples(result: RolloutResult) -> list[dict[str, Any]]:
+    """The first kept play of each environment in each condition, for the report's transcripts."""
+    out, seen = [], set()
+    for ep in result.kept:
+        key = (ep.env_id, ep.condition)
+        if key in seen or not ep.completion_ids:
+            continue
+        seen.add(key)
+        out.append({"env_id": ep.env_id, "condition": str(ep.condition), "return": float(ep.episode_return),
+                    "won": bool(ep.won), "turns": ep.turns, "end": str(ep.end_reason),
+                    "prompt_ids": list(ep.prompt_ids), "completion_ids": list(ep.completion_ids)})  # fmt: skip
+    return out

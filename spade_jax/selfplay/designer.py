@@ -10,6 +10,12 @@ positives), then the grounding document is shortened.
 A mutation target (`DesignTarget.parent_id`, dealt by the cycle) shows one archived, measured environment and
 asks for a changed version of it (harder, easier or a twist, by its win rate): no document, no exemplars; when
 that prompt does not fit the budget, the target is designed from scratch instead.
+
+Two prompt layouts (`designer.prompt`): ours (`design_messages`: contract, task, document, exemplars, closing
+rules) and the reference's corpus-grounded one (`reference_messages`: a one-sentence system prompt, the
+document, the contract, the target skill with its DIFFICULTY, the memory's exemplars last, code cut at
+`exemplar_max_chars` without a marker, negatives by name only). With `resample_fresh_prompt` every resample
+draws a new document and new exemplars, as the reference does; otherwise it reuses the prompt.
 """
 
 from __future__ import annotations
@@ -44,6 +50,24 @@ _SYSTEM = (
     "You are an expert designer of training environments for language-model agents. You write complete, "
     "correct, deterministic Python environments that follow the given contract exactly."
 )
+# The reference's one-sentence system prompt for game design (prompts/template.py), in our words.
+_REFERENCE_SYSTEM = (
+    "You are an expert Python programmer and game designer who builds interactive, multi-turn text games, in "
+    "which a player makes a sequence of decisions and every action changes the state of the game."
+)
+# What each skill trains, for the reference prompt's "Target skill" line (our words).
+_SKILL_NOTES = {
+    "pattern recognition": "finding the rule behind sequences, shapes and repetitions",
+    "logical deduction": "drawing conclusions that must follow from given facts and constraints",
+    "mathematical reasoning": "solving mathematical problems and equations",
+    "spatial reasoning": "reasoning about positions, directions, shapes and movement",
+    "strategic planning": "choosing a sequence of moves that reaches a goal",
+    "causal inference": "working out what causes what from observed effects",
+    "memory recall": "keeping track of information seen earlier and using it later",
+    "optimization": "finding the best choice under constraints",
+    "language understanding": "reading and using the meaning of words and text",
+}
+_MIN_STEPS = {"easy": 2, "medium": 3, "hard": 3}
 _KIND_NOTES = {
     "game": "a multi-turn GAME with hidden state, a real decision every turn, a win and a lose condition",
     "tool": "a multi-turn TOOL-USE task against a simulated backend, solved by calling tools and then answering",
@@ -95,7 +119,7 @@ def _negative_block(recs: Sequence[EnvRecord]) -> str:
 
 def _naming(contract: str, target: DesignTarget) -> str:
     """How the file names its kind and skill: class attributes in ours, a class named ...Env in the paper's."""
-    if contract == "gym":
+    if contract in ("gym", "interactive"):
         return "Name the class after the game, ending in Env."
     return f'Set KIND = "{target.kind}" and SKILL = "{target.skill}".'
 
@@ -127,6 +151,45 @@ def design_messages(parts: PromptParts, contract: str = "full") -> list[dict]:
         "block, with no other code blocks."
     )
     return [{"role": "system", "content": _SYSTEM}, {"role": "user", "content": "\n\n".join(sections)}]
+
+
+def reference_messages(parts: PromptParts, contract: str = "interactive", difficulty: str = "medium") -> list[dict]:
+    """Chat messages of the reference's corpus-grounded designer prompt (prompts/corpus_template.py and
+    `_augment_prompt_with_memory`, in our words): the document, the contract, the target skill and difficulty,
+    then the memory's exemplars (positives with their code cut at `exemplar_max_chars`, negatives by name)."""
+    t = parts.target
+    sections = []
+    if parts.document is not None:
+        sections.append(
+            "You are given a reference document. Create an INTERACTIVE, MULTI-TURN Python game environment "
+            "grounded in a concept or technique from it.\n\n"
+            f"<REFERENCE_DOCUMENT>\n{parts.document.text.strip()}\n</REFERENCE_DOCUMENT>"
+        )
+    else:
+        sections.append("Create an INTERACTIVE, MULTI-TURN Python game environment.")
+    sections.append(contract_text(contract).strip())
+    note = _SKILL_NOTES.get(t.skill, _KIND_NOTES.get(t.kind, t.kind))
+    sections.append(
+        f"Target skill: {t.skill.title()} ({note}). DIFFICULTY: {difficulty}: the goal should need "
+        f"{_MIN_STEPS[difficulty]}+ interaction steps.\n\nGenerate the complete Python code in a ```python block."
+    )
+    if parts.positives:
+        shown = []
+        for i, r in enumerate(parts.positives, 1):
+            stats = f"skill: {r.skill}, win_rate: {r.win_rate_no_hint or 0.0:.2f}, regret: {r.regret or 0.0:.2f}"
+            shown.append(f"### Example {i} ({stats})\n```python\n{r.code[: parts.exemplar_max_chars]}\n```")
+        sections.append(
+            "<REFERENCE_ENVIRONMENTS>\nThese environments were well calibrated: the agent wins some episodes and "
+            "loses others. Use them as inspiration, but create a DIFFERENT game.\n\n"
+            + "\n\n".join(shown) + "\n</REFERENCE_ENVIRONMENTS>"
+        )  # fmt: skip
+    if parts.negatives:
+        lines = []
+        for r in parts.negatives:
+            wr = r.win_rate_no_hint or 0.0
+            lines.append(f"- {'too easy' if wr > 0.5 else 'too hard'} (win_rate={wr:.2f}): class {r.name or r.id}")
+        sections.append("Avoid generating environments like:\n" + "\n".join(lines))
+    return [{"role": "system", "content": _REFERENCE_SYSTEM}, {"role": "user", "content": "\n\n".join(sections)}]
 
 
 _DIRECTIONS = {
@@ -297,16 +360,20 @@ class Designer:
         self.threads, self.seed = threads, seed
         sampler_ctx = getattr(sampler, "max_total_len", None) or config.context_len
         self.context_len = min(config.context_len, sampler_ctx)
-        self.max_new_tokens = min(config.max_new_tokens, self.context_len // 2)
+        # The reference passes its budget to the sampler as is; here the prompt keeps at least half the context
+        # or 12,288 tokens, whichever is less (32K context: up to 20,480 new tokens, the 8B recipe's 20,000).
+        self.max_new_tokens = min(config.max_new_tokens, max(self.context_len // 2, self.context_len - 12288))
         self.calls = 0
 
     # --------------------------------------------------------------------------------- prompt budget
     def encode(self, messages: list[dict]) -> list[int]:
-        """Token ids of the rendered chat prompt."""
-        text = self.tokenizer.apply_chat_template(
-            messages, add_generation_prompt=True, enable_thinking=bool(self.config.enable_thinking)
+        """Token ids of the rendered chat prompt; sources, exemplars and documents in it are text (never a
+        special token, `Tokenizer.encode_chat`)."""
+        return list(
+            self.tokenizer.encode_chat(
+                messages, add_generation_prompt=True, enable_thinking=bool(self.config.enable_thinking)
+            )
         )
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
 
     @property
     def prompt_budget(self) -> int:
@@ -317,7 +384,10 @@ class Designer:
         budget = self.prompt_budget
 
         def render(p: PromptParts) -> tuple[list[dict], list[int]]:
-            msgs = design_messages(p, self.config.contract)
+            if self.config.prompt == "reference":
+                msgs = reference_messages(p, self.config.contract, self.config.difficulty)
+            else:
+                msgs = design_messages(p, self.config.contract)
             return msgs, self.encode(msgs + (extra or []))
 
         msgs, ids = render(parts)
@@ -329,7 +399,7 @@ class Designer:
             msgs, ids = render(parts)
         if len(ids) > budget and parts.document is not None:
             doc = parts.document
-            doc_ids = list(self.tokenizer.encode(doc.text, add_special_tokens=False))
+            doc_ids = list(self.tokenizer.encode_text(doc.text))
             keep = len(doc_ids) - (len(ids) - budget) - 8
             if keep < self.config.min_doc_tokens:
                 parts.document = None
@@ -435,9 +505,15 @@ class Designer:
             prompts.append(ids)
         pending = list(range(len(results)))
         repair = self.config.on_invalid == "repair"
+        fresh = not repair and self.config.resample_fresh_prompt
         for attempt in range(self.config.max_attempts):
             if not pending:
                 break
+            if attempt and fresh:  # the reference: every attempt draws a new document and new exemplars
+                for i in pending:
+                    if results[i].mutation_of is None:
+                        convs[i], prompts[i], parts = self.fit(self.parts_for(results[i].target))
+                        results[i].doc_id = parts.document.id if parts.document else None
             outcomes = self._attempt([prompts[i] for i in pending])
             for i, (comp, verdict) in zip(pending, outcomes):
                 res = results[i]
@@ -472,7 +548,7 @@ class Designer:
     def _prepare_repair(self, i: int, res: DesignResult, convs: list[list[dict]], prompts: list[list[int]]) -> None:
         last = res.attempts[-1]
         previous = f"```python\n{last.verdict.source.strip()}\n```" if last.verdict.source else last.text
-        prev_ids = list(self.tokenizer.encode(previous, add_special_tokens=False))
+        prev_ids = list(self.tokenizer.encode_text(previous))
         if len(prev_ids) > self.prompt_budget // 2:  # a runaway reply: keep its head so the prompt fits
             previous = self.tokenizer.decode(prev_ids[: self.prompt_budget // 2]) + "\n... (truncated)"
         base = convs[i][:2]

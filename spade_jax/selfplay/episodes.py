@@ -8,10 +8,48 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 
-__all__ = ["HINT", "NO_HINT", "Episode", "EpisodeSpec", "RolloutResult"]
+__all__ = ["HINT", "NO_HINT", "Condition", "EndReason", "Episode", "EpisodeSpec", "RolloutResult"]
 
-HINT, NO_HINT = "hint", "no_hint"
+
+class Condition(StrEnum):
+    """Whether the agent is shown the environment's hint in an episode."""
+
+    HINT = "hint"
+    NO_HINT = "no_hint"
+
+
+HINT, NO_HINT = Condition.HINT, Condition.NO_HINT
+
+
+class EndReason(StrEnum):
+    """How an episode ended. Only TERMINATED (the environment ended it) and STEP_ERROR (its step() raised:
+    the reference's -1, terminated; `rollout.step_error="terminal_penalty"`) count a terminal reward; every
+    other reason returns 0. TIMEOUT and VIOLATION are the environment's fault (never trained, the design is
+    charged under the strict signal); DISCARDED episodes are never measured nor trained."""
+
+    UNFINISHED = ""
+    TERMINATED = "terminated"  # the environment said so
+    TRUNCATED = "truncated"  # the environment's own truncation flag
+    MAX_TURNS = "max_turns"  # rollout.max_turns replies without either flag
+    CONTEXT = "context"  # no room left in the episode's token budget
+    LENGTH = "length"  # a reply hit its token limit without an end token (rollout.no_eos="end")
+    FORMAT = "format"  # rollout.max_consecutive_format_errors replies in the wrong format
+    STEP_ERROR = "step_error"  # step() raised or returned garbage (rollout.step_error="terminal_penalty")
+    TIMEOUT = "timeout"  # step() hung
+    VIOLATION = "violation"  # a reward outside [-1, 1]
+    DISCARDED = "discarded"  # a failure that measures nothing (load, reset, sandbox, missing hint)
+
+    @property
+    def terminal(self) -> bool:
+        """True when the episode's last reward counts as its return."""
+        return self in (EndReason.TERMINATED, EndReason.STEP_ERROR)
+
+    @property
+    def envs_fault(self) -> bool:
+        """True when the environment, not the agent, ended the episode badly (never trained)."""
+        return self in (EndReason.TIMEOUT, EndReason.VIOLATION)
 
 
 @dataclass(frozen=True)
@@ -26,7 +64,7 @@ class EpisodeSpec:
     env_id: str
     source: str
     seed: int
-    condition: str = NO_HINT
+    condition: Condition = NO_HINT
     hint: str | None = None
     env_hint: bool = False
     kind: str = "game"
@@ -47,6 +85,9 @@ class Episode:
     found the answer in the hint; `leak_check` "" (not run), "clean", "leaked" or "failed" (unknown, treated
     as not leaked). `violation` is '' or how the environment broke its contract during the episode (a reward
     out of range); the episode then ends with `end_reason="violation"`.
+    `reset_obs` and `trace` are what the environment saw and said, for the audit that replays the play
+    (gates/audit.py): reset's observation, then per step (action sent, observation, reward, terminated,
+    truncated, seconds between the previous answer and this call).
     """
 
     spec: EpisodeSpec
@@ -56,13 +97,14 @@ class Episode:
     logprobs: list[float] = field(default_factory=list)
     raw_logprobs: list[float] = field(default_factory=list)
     turn_spans: list[tuple[int, int]] = field(default_factory=list)
+    turn_prompts: list[list[int]] = field(default_factory=list)  # per-turn prompts (thinking_turns="rerender")
     messages: list[dict] = field(default_factory=list)
     tools: list[dict] | None = None
     rewards: list[float] = field(default_factory=list)
     episode_return: float = 0.0
     won: bool = False
     terminated: bool = False
-    end_reason: str = ""
+    end_reason: EndReason = EndReason.UNFINISHED
     discarded: bool = False
     error: str | None = None
     format_errors: int = 0
@@ -72,9 +114,11 @@ class Episode:
     hint_leaked: bool = False
     leak_check: str = ""
     violation: str = ""
+    reset_obs: str = ""
+    trace: list[tuple] = field(default_factory=list)
 
     @property
-    def condition(self) -> str:
+    def condition(self) -> Condition:
         return self.spec.condition
 
     @property

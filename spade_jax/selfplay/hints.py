@@ -139,11 +139,8 @@ class HintWriter:
         budget = self.context_len - self.config.max_new_tokens
         text = source
         for _ in range(8):
-            ids = self.tokenizer.encode(
-                self.tokenizer.apply_chat_template(
-                    hint_messages(text, kind), enable_thinking=bool(self.config.enable_thinking)
-                ),
-                add_special_tokens=False,
+            ids = self.tokenizer.encode_chat(  # the source is text: its special-token spellings stay text
+                hint_messages(text, kind), enable_thinking=bool(self.config.enable_thinking)
             )
             if len(ids) <= budget:
                 return ids

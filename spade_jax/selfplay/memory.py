@@ -8,7 +8,9 @@ An environment that broke its contract on the training seeds (gates/audit.py) is
 
 Exemplars (DESIGN.md): positives have an unhinted win rate in [0.15, 0.85], ranked by regret, and n are
 sampled from the top max(3n, 10); negatives have a win rate > 0.9 or < 0.1. Entries of the target skill are
-preferred; seeds not yet measured fill in for missing positives at the start of a run.
+preferred; seeds not yet measured fill in for missing positives at the start of a run. With
+`exemplar_fallback=False` (the reference's) only entries of the target's kind and skill are exemplars, and no
+unmeasured seed fills in.
 
 Links between rows: `parent_id` is the attempt a repair repairs; `mutation_of` (origin "mutation") the archived
 environment a mutation design changes (`mutation_parents` ranks the candidates). A file written before a
@@ -315,7 +317,7 @@ class Memory:
         pool.sort(key=lambda r: (-(r.regret or 0.0), r.step))
         top = pool[: max(3 * n, 10)]
         chosen = self.rng.sample(top, min(n, len(top)))
-        if len(chosen) < n:  # early in a run: unmeasured seeds stand in as examples of well-formed envs
+        if len(chosen) < n and self.config.exemplar_fallback:  # early in a run: unmeasured seeds stand in
             spare = [r for r in self._prefer(kind, skill, lambda r: r.origin == "seed" and not r.measured)]
             chosen += self.rng.sample(spare, min(n - len(chosen), len(spare)))
         return chosen
@@ -349,8 +351,10 @@ class Memory:
                                               -r.step))  # fmt: skip
 
     def _prefer(self, kind: str | None, skill: str | None, keep) -> list[EnvRecord]:
-        """Matching archive entries of the same kind and skill, else same kind, else any."""
+        """Matching archive entries of the same kind and skill, else (`exemplar_fallback`) same kind, else any."""
         entries = [r for r in self.archive() if keep(r)]
+        if not self.config.exemplar_fallback:
+            return [r for r in entries if (not kind or r.kind == kind) and (not skill or r.skill == skill)]
         for narrowed in (
             [r for r in entries if (not kind or r.kind == kind) and (not skill or r.skill == skill)],
             [r for r in entries if not kind or r.kind == kind],

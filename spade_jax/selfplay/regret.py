@@ -44,11 +44,18 @@ class RegretStats:
     win_rate_no_hint: float
     regret: float
     measured: bool
+    return_window: float = 0.0  # mean unhinted return over the window (the reference's plateau statistic)
 
     @property
     def win_rate(self) -> float:
         """The win rate used for difficulty (plateau, memory bands): the unhinted one."""
         return self.win_rate_no_hint
+
+    def difficulty(self, stat: str = "win_rate") -> float:
+        """What the plateau reads (`reward.plateau_stat`): the unhinted share of wins ("win_rate") or the mean
+        unhinted raw return over the window ("mean_return": partial rewards, 0 for truncated plays and the -1 of
+        a crashing step counted, as the reference's blend does)."""
+        return self.return_window if stat == "mean_return" else self.win_rate_no_hint
 
 
 def _mean(xs: Sequence[float]) -> float:
@@ -63,16 +70,22 @@ def measure_regret(
     *,
     expected_plays: int | None = None,
     min_plays_fraction: float = 0.5,
+    expected_hint: int | None = None,
 ) -> RegretStats:
     """Regret from the returns of the (non-discarded) hinted and unhinted episodes of one environment.
 
     Wins default to `envs.outcome.is_win(return)`. `measured` is False when either condition kept fewer than
-    `min_plays_fraction * expected_plays` episodes (or none at all): such an environment earns no reward.
+    `min_plays_fraction` of its expected episodes (`expected_plays` unhinted, `expected_hint` hinted, default
+    the same), or none at all: such an environment has no regret.
     """
     hint_wins = [is_win(r) for r in hint_returns] if hint_wins is None else list(hint_wins)
     no_hint_wins = [is_win(r) for r in no_hint_returns] if no_hint_wins is None else list(no_hint_wins)
-    need = 1 if expected_plays is None else max(1, math.ceil(min_plays_fraction * expected_plays))
-    measured = len(hint_returns) >= need and len(no_hint_returns) >= need
+
+    def need(expected: int | None) -> int:
+        return 1 if expected is None else max(1, math.ceil(min_plays_fraction * expected))
+
+    expected_hint = expected_plays if expected_hint is None else expected_hint
+    measured = len(hint_returns) >= need(expected_hint) and len(no_hint_returns) >= need(expected_plays)
     rh, ru = _mean(hint_returns), _mean(no_hint_returns)
     return RegretStats(
         n_hint=len(hint_returns),
@@ -128,6 +141,7 @@ def designer_reward(
 ) -> float:
     """Designer reward of one environment under `config.kind`; 0 for invalid or unmeasured environments.
 
+    The difficulty ("win rate" below) is `stats.difficulty(config.plateau_stat)`.
     blend:              w_r * clip(regret / scale, 0, 1) + w_p * plateau(unhinted win rate)   (paper)
     regret:             max(regret, 0)
     solve_band:         plateau(unhinted win rate)
@@ -135,7 +149,7 @@ def designer_reward(
     """
     if not valid or stats is None or not stats.measured:
         return 0.0
-    wr = stats.win_rate
+    wr = stats.difficulty(config.plateau_stat)
     kind = config.kind
     if kind == "blend":
         r = min(1.0, max(0.0, stats.regret / config.regret_scale))

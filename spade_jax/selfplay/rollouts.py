@@ -30,20 +30,30 @@ apart from its text, a template without tool support (SmolLM2's ChatML) and "tex
 Hints: a hinted episode gets its spec's fixed hint (model-written) or, with `env_hint`, the environment's own
 `hint()` (the fixed hint is the fallback). When neither gives a non-empty str, the hinted episode is
 DISCARDED before its first turn (`error="hint_failed"`, `hint_failed=True`, counted): a "hinted" play without
-a hint is never measured. With `RolloutConfig.check_hint_leaks` the worker is asked after reset whether the
-hint contains the answer (`EnvSession.leaks`, run inside the sandbox); a leak marks the episode
-`hint_leaked=True`, and a failed check (timeout, crash, malformed reply) marks it `leak_check="failed"` and
-counts as not leaked; after a failed call the episode is reopened and reset with the same seed (the worker
-may have killed it), and plays on.
+a hint is never measured. With `RolloutConfig.check_hint_leaks` the sandbox is asked whether the hint contains
+the answer (`EnvSession.leaks`); a leak marks the episode `hint_leaked=True`, a failed check (timeout, crash,
+malformed reply) marks it `leak_check="failed"` and counts as not leaked. The environment's `hint()` and the
+leak check run in a session of their own (reset with the episode's seed, then closed) before the play's
+session opens, so nothing they run inside the environment's process can mark the played session as hinted:
+every played session sees reset and step only. Each episode keeps what the environment saw and answered, with
+the time before each step (`Episode.trace`), for the audit that replays it (gates/audit.py).
 
 Failure handling: an exception in the loop (the policy's, an interrupt) cancels the policy's pending requests,
 waits for the dispatched environment work and closes every session before it propagates. A reply in the
 wrong format is the environment's business (it answers with a reminder);
-context overflow ends the episode cleanly ('context', return 0); a step that times out ends it with
-`end_reason="timeout"` (return 0): the hang is the environment's fault, so the self-play step never trains the
-agent on it and gives the designer the timeout reward instead; any other sandbox failure discards the episode
-(counted, the run goes on). A step reward outside [-1, 1] ends the episode with `end_reason="violation"` and
-`violation` saying why (return 0): the environment broke its contract (gates/audit.py).
+context overflow ends the episode cleanly (CONTEXT, return 0); with `no_eos="end"` so does an unhinted reply
+that hit its token limit without an end token (LENGTH, not stepped: the reference's rule); a step that times
+out ends it with TIMEOUT (return 0): the hang is the environment's fault, so the self-play step never trains
+the agent on it; a step that raised or returned garbage discards the episode, or with
+`step_error="terminal_penalty"` ends it terminated with reward -1 (STEP_ERROR, trained: the reference's rule);
+any other sandbox failure discards the episode (counted, the run goes on). A step reward outside [-1, 1] ends
+the episode with VIOLATION and `violation` saying why (return 0): the environment broke its contract.
+
+Thinking turns (`thinking_turns="rerender"`, the reference's thinking actor): each turn's prompt is rendered by
+the chat template from the conversation so far (the template drops earlier turns' think blocks), the episode
+keeps each turn's prompt (`Episode.turn_prompts`) and its replies only (`completion_ids`, no observation
+tokens), and the cycle makes one training sample per turn. The agent's system prompt, observation wrapper
+and action parsing are `AgentPrompt` (agent_prompt.py), which evaluation uses too.
 The policy is pluggable (see policies.py): `ModelPolicy` samples from the model; any object with
 `act(requests)`, e.g. a `ScriptedPolicy`, can replace it.
 """
@@ -56,11 +66,11 @@ from collections.abc import Sequence
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 
 from spade_jax.config.selfplay import ACTION_PARSINGS, TOOL_FORMATS, RolloutConfig
-from spade_jax.envs.base import canonical_action, extract_answer, extract_boxed, parse_tool_calls
-from spade_jax.envs.outcome import episode_outcome
-from spade_jax.gates.audit import reward_violation
+from spade_jax.envs.base import extract_answer, extract_boxed, parse_tool_calls
+from spade_jax.envs.outcome import episode_outcome, reward_problem
 from spade_jax.interfaces import CallOutcome, EnvPool, EnvSessionLike, TokenizerLike
-from spade_jax.selfplay.episodes import HINT, NO_HINT, Episode, EpisodeSpec, RolloutResult
+from spade_jax.selfplay.agent_prompt import AgentPrompt, wrap_observation
+from spade_jax.selfplay.episodes import HINT, NO_HINT, EndReason, Episode, EpisodeSpec, RolloutResult
 from spade_jax.selfplay.hints import inject_hint
 from spade_jax.selfplay.policies import ModelPolicy, Policy, ScriptedPolicy, TurnReply, TurnRequest, as_stream
 
@@ -77,6 +87,7 @@ __all__ = [
     "TurnReply",
     "TurnRequest",
     "episode_outcome",
+    "wrap_observation",
 ]
 
 _ASSISTANT_MARK, _OBS_MARK = "\x00ASSISTANT\x00", "\x00OBSERVATION\x00"
@@ -97,9 +108,14 @@ class _Live:
         self.session: EnvSessionLike | None = None
         self.info: dict = {}
         self.consecutive_format_errors = 0
+        self.answered_at = 0.0  # when the environment last answered (its reset or step)
+        self.sent: tuple[str, float] = ("", 0.0)  # the last action and the seconds before it
+        self.next_prompt: list[int] | None = None  # thinking_turns="rerender": the next turn's rendered prompt
 
     @property
     def total_tokens(self) -> int:
+        if self.next_prompt is not None:
+            return len(self.next_prompt)
         return len(self.ep.prompt_ids) + len(self.ep.completion_ids)
 
 
@@ -131,8 +147,17 @@ class RolloutEngine:
         if config.tool_format not in TOOL_FORMATS:
             raise ValueError(f"rollout.tool_format={config.tool_format!r}; expected one of {TOOL_FORMATS}")
         self._eos = tuple(getattr(tokenizer, "eos_ids", ()) or ())
+        self.prompt = AgentPrompt.of(config)
+        self.rerender = config.thinking_turns == "rerender" and tokenizer is not None
         self._chat_kwargs = {"enable_thinking": bool(config.enable_thinking)}
+        hinted = config.enable_thinking if config.hinted_enable_thinking is None else config.hinted_enable_thinking
+        self._hinted_kwargs = {"enable_thinking": bool(hinted)}
         self._turn_pieces = self._template_pieces() if tokenizer is not None else None
+        self._hinted_pieces = (
+            self._template_pieces(kwargs=self._hinted_kwargs)
+            if tokenizer is not None and self._hinted_kwargs != self._chat_kwargs
+            else self._turn_pieces
+        )
         # "auto": tool episodes use the template's own tool format when it renders tools and tool messages
         supports = getattr(tokenizer, "supports_tools", None)
         self.native_tools = config.tool_format == "auto" and callable(supports) and bool(supports())
@@ -143,7 +168,9 @@ class RolloutEngine:
         )
 
     # ---------------------------------------------------------------------------- chat template glue
-    def _template_pieces(self, role: str = "user", tools: list[dict] | None = None) -> tuple[str, str]:
+    def _template_pieces(
+        self, role: str = "user", tools: list[dict] | None = None, kwargs: dict | None = None
+    ) -> tuple[str, str]:
         """(text between an assistant reply and the next observation, text after the observation) when the
         observation is a `role` message (`user`, or `tool` for a tool result in the template's tool format)."""
         msgs = [
@@ -152,17 +179,23 @@ class RolloutEngine:
             {"role": role, "content": _OBS_MARK},
         ]
         rendered = self.tokenizer.apply_chat_template(
-            msgs, tools=tools, add_generation_prompt=True, **self._chat_kwargs
+            msgs, tools=tools, add_generation_prompt=True, **(kwargs or self._chat_kwargs)
         )
         after = rendered.split(_ASSISTANT_MARK, 1)[1]
         between, tail = after.split(_OBS_MARK, 1)
         return between, tail
 
-    def _first_prompt(self, messages: list[dict], tools: list[dict] | None = None) -> list[int]:
-        text = self.tokenizer.apply_chat_template(
-            messages, tools=tools, add_generation_prompt=True, **self._chat_kwargs
-        )
-        return list(self.tokenizer.encode(text, add_special_tokens=False))
+    def _kwargs(self, spec: EpisodeSpec) -> dict:
+        """The chat template's arguments for an episode (hinted plays may think otherwise)."""
+        return self._hinted_kwargs if spec.condition == HINT else self._chat_kwargs
+
+    def _first_prompt(
+        self, messages: list[dict], tools: list[dict] | None = None, kwargs: dict | None = None
+    ) -> list[int]:
+        """The rendered prompt of a conversation (the first turn's; every turn's when re-rendering); what the
+        environment wrote (observation, hint, tool schemas) is text."""
+        kw = kwargs or self._chat_kwargs
+        return list(self.tokenizer.encode_chat(messages, tools, add_generation_prompt=True, **kw))
 
     def _observation_ids(
         self, reply_ids: list[int], observation: str, pieces: tuple[str, str] | None = None
@@ -174,7 +207,7 @@ class RolloutEngine:
             end_text = self.tokenizer.decode([reply_ids[-1]])
             if between.startswith(end_text):
                 between = between[len(end_text) :]
-        return list(self.tokenizer.encode(between + observation + tail, add_special_tokens=False))
+        return list(self.tokenizer.encode_spans([(between, True), (observation, False), (tail, True)]))
 
     # ------------------------------------------------------------------------------------------ run
     def run(self, specs: Sequence[EpisodeSpec]) -> RolloutResult:
@@ -216,12 +249,13 @@ class RolloutEngine:
                 for req, reply in replies:
                     lv = lives[req.index]
                     self._record_reply(lv, reply)
-                    if reply.finish_reason == "context":  # the sampler ran out of room mid-reply: end cleanly
-                        self._finish(lv, "context")
+                    ended = self._ended_by(lv, reply)
+                    if ended is not None:  # no room left, or (no_eos="end") a reply cut at its token limit
+                        self._finish(lv, ended)
                         done.append(lv)
                     else:
-                        action = self._action(lv, reply.text)
-                        stepping.append((lv, reply, self._executor.submit(lv.session.step, action)))
+                        action = self.prompt.action(reply.text, lv.spec.kind)
+                        stepping.append((lv, reply, self._executor.submit(self._step, lv, action)))
                 ready, over = self._collect(starting, stepping, result)
                 starting, stepping, done = [], [], done + over
                 requests = self._next_turns(sorted(ready, key=lambda lv: lv.index), done, result)
@@ -253,6 +287,16 @@ class RolloutEngine:
             (ready if self._apply_step(lv, reply, fut.result(), result) else done).append(lv)
         return ready, done
 
+    def _ended_by(self, lv: _Live, reply: TurnReply) -> EndReason | None:
+        """Why a reply ends its episode before the environment sees it, if it does: the sampler ran out of room
+        mid-reply (CONTEXT), or (no_eos="end") an unhinted reply hit its token limit without an end token
+        (LENGTH; the reference's hinted plays step such a reply, so ours do too)."""
+        if reply.finish_reason == "context":
+            return EndReason.CONTEXT
+        if reply.finish_reason == "length" and self.config.no_eos == "end" and lv.spec.condition == NO_HINT:
+            return EndReason.LENGTH
+        return None
+
     def _next_turns(self, ready: list[_Live], done: list[_Live], result: RolloutResult) -> list[TurnRequest]:
         """The next turn of each ready episode; those whose context has no room left end here (added to done)."""
         requests = []
@@ -265,19 +309,18 @@ class RolloutEngine:
                     result.failures["context"] += 1
                     self._discard(lv, "context", f"first prompt has {lv.total_tokens} tokens (budget {self.budget})")
                 else:
-                    self._finish(lv, "context")
+                    self._finish(lv, EndReason.CONTEXT)
                 done.append(lv)
                 continue
             stops = self.config.tool_stop_strings if lv.spec.kind == "tool" else ()
-            requests.append(TurnRequest(lv.index, lv.ep.prompt_ids + lv.ep.completion_ids, lv.ep.messages, max_new,
-                                        stops, lv.spec, lv.ep.hint, lv.ep.turns, lv.ep.tools))  # fmt: skip
+            if lv.next_prompt is not None:  # re-rendered turns: the prompt is the conversation so far
+                prompt = lv.next_prompt
+                lv.ep.turn_prompts.append(list(prompt))
+            else:
+                prompt = lv.ep.prompt_ids + lv.ep.completion_ids
+            requests.append(TurnRequest(lv.index, prompt, lv.ep.messages, max_new, stops, lv.spec, lv.ep.hint,
+                                        lv.ep.turns, lv.ep.tools))  # fmt: skip
         return requests
-
-    def _action(self, lv: _Live, text: str) -> str:
-        """What step() receives for a reply (see RolloutConfig.action_parsing; tool episodes always get the text)."""
-        if self.config.action_parsing == "reference" and lv.spec.kind != "tool":
-            return canonical_action(text)
-        return text
 
     def _release(self, lives: list[_Live]) -> None:
         """Closes finished episodes' sessions in the background (the worker's cleanup overlaps the next decode
@@ -288,28 +331,29 @@ class RolloutEngine:
                 self._closing.append(self._executor.submit(self._close, lv.session))
                 lv.session = None
 
+    def _step(self, lv: _Live, action: str) -> CallOutcome:
+        """One env step, timed for the audit's replay (the seconds since the environment last answered)."""
+        lv.sent = (action, time.monotonic() - lv.answered_at)
+        result = lv.session.step(action)
+        lv.answered_at = time.monotonic()
+        return result
+
     def _start(self, lv: _Live) -> bool:
         spec, ep = lv.spec, lv.ep
+        if spec.condition == HINT and not self._probe_hint(lv):  # hint and leak check: a session of their own
+            return False
         obs = self._open_and_reset(lv)
         if obs is None:
             return False
-        if spec.condition == HINT:
-            ep.hint, ep.hint_source = self._fetch_hint(lv)
-            if ep.hint is None:
-                ep.hint_failed = True
-                return self._discard(lv, "hint_failed", "the hinted play has no usable hint (regret not measured)")
-            if self.config.check_hint_leaks and self._check_leak(lv) is None:
-                return False
         native = self._native_task(lv) if spec.kind == "tool" and self.native_tools else None
         if native is not None:  # the template shows the schemas (`tools=`); the user message is the task
             obs, ep.tools = native
         first = inject_hint(obs, ep.hint, self.hint_template) if spec.condition == HINT else obs
-        first = wrap_observation(first, self.config.observation_template, spec.kind)
-        if self.config.system_prompt:
-            ep.messages.append({"role": "system", "content": self.config.system_prompt})
-        ep.messages.append({"role": "user", "content": first})
+        ep.messages += self.prompt.first_messages(first, spec.kind)
         if self.tokenizer is not None:
-            ep.prompt_ids = self._first_prompt(ep.messages, ep.tools)
+            ep.prompt_ids = self._first_prompt(ep.messages, ep.tools, self._kwargs(spec))
+            if self.rerender:
+                lv.next_prompt = ep.prompt_ids
         return True
 
     @staticmethod
@@ -332,13 +376,15 @@ class RolloutEngine:
         (the episode is then discarded with the failure as its error)."""
         spec = lv.spec
         try:
-            lv.session = self.pool.open(spec.source, env_kwargs={"max_turns": self.config.max_turns})
+            kwargs = None if self.config.respect_game_max_turns else {"max_turns": self.config.max_turns}
+            lv.session = self.pool.open(spec.source, env_kwargs=kwargs)
         except Exception as e:  # the pool reports failures as results; this is a last line of defence
             return self._discard(lv, "load_error", f"open failed: {e}") or None
         load = getattr(lv.session, "load_result", None)
         if load is not None and not getattr(load, "ok", True):
             return self._discard(lv, getattr(load, "error", None) or "load_error", getattr(load, "message", "")) or None
         res = lv.session.reset(spec.seed)
+        lv.answered_at = time.monotonic()
         if not res.ok:
             return self._discard(lv, res.error or "exception", res.message) or None
         try:
@@ -348,40 +394,47 @@ class RolloutEngine:
         if not isinstance(obs, str):
             return self._discard(lv, "bad_return", "reset() observation is not a str") or None
         lv.info = info if isinstance(info, dict) else {}
+        lv.ep.reset_obs = obs
         return obs
 
-    def _fetch_hint(self, lv: _Live) -> tuple[str | None, str]:
-        """(hint, source) of a hinted episode: the env's own `hint()` when asked for and usable (a non-empty
-        str), else the spec's fixed hint; (None, "") when neither is usable."""
-        if lv.spec.env_hint:
-            h = lv.session.hint()
-            if h.ok and isinstance(h.value, str) and h.value.strip():
-                return h.value.strip(), "env"
-        fixed = lv.spec.hint
-        if isinstance(fixed, str) and fixed.strip():
-            return fixed.strip(), "spec"
-        return None, ""
-
-    def _check_leak(self, lv: _Live) -> bool | None:
-        """Asks the sandbox whether the hint contains the answer; sets `hint_leaked` / `leak_check`.
-
-        Any failure is "unknown" (`leak_check="failed"`, not leaked). After a failed call the session is
-        reopened and reset with the same seed (the worker may have killed it; the episode is deterministic);
-        None when even that fails (the episode is then discarded)."""
-        ep = lv.ep
-        leaks = getattr(lv.session, "leaks", None)
-        res = leaks(ep.hint) if callable(leaks) else None
-        value = res.value if res is not None and res.ok else None
-        if isinstance(value, dict) and isinstance(value.get("leaked"), bool):
-            ep.hint_leaked = value["leaked"]
-            ep.leak_check = "leaked" if ep.hint_leaked else "clean"
-            return ep.hint_leaked
-        ep.leak_check = "failed"
-        if res is not None and not res.ok:  # the worker may have killed the episode process: replay it
-            self._close(lv)
-            if self._open_and_reset(lv) is None:
-                return None
-        return False
+    def _probe_hint(self, lv: _Live) -> bool | None:
+        """The hinted episode's hint and its leak check, in a session of its own (reset with the episode's seed,
+        then the env's `hint()` when asked for, then `leaks`), closed before the play's session opens: whatever
+        these run inside the environment's process cannot mark the played session as hinted (it sees reset and
+        step only, as every other). Sets `hint` / `hint_source` (the env's own when asked for and usable, else
+        the spec's fixed hint), `hint_leaked` / `leak_check` (a failed check is "failed": unknown, not leaked).
+        True when the episode can be played; None (discarded) when it has no usable hint."""
+        ep, spec = lv.ep, lv.spec
+        probe = None
+        try:
+            probe = self.pool.open(spec.source, env_kwargs={"max_turns": self.config.max_turns})
+            loaded = getattr(getattr(probe, "load_result", None), "ok", True)
+            reset = probe.reset(spec.seed) if loaded else None
+            ready = reset is not None and reset.ok
+            if spec.env_hint and ready:
+                h = probe.hint()
+                if h.ok and isinstance(h.value, str) and h.value.strip():
+                    ep.hint, ep.hint_source = h.value.strip(), "env"
+            if ep.hint is None and isinstance(spec.hint, str) and spec.hint.strip():
+                ep.hint, ep.hint_source = spec.hint.strip(), "spec"
+            if ep.hint is None:
+                ep.hint_failed = True
+                return self._discard(lv, "hint_failed", "the hinted play has no usable hint (regret not measured)")
+            if self.config.check_hint_leaks:
+                leaks = getattr(probe, "leaks", None)
+                res = leaks(ep.hint) if ready and callable(leaks) else None
+                value = res.value if res is not None and res.ok else None
+                if isinstance(value, dict) and isinstance(value.get("leaked"), bool):
+                    ep.hint_leaked = value["leaked"]
+                    ep.leak_check = "leaked" if ep.hint_leaked else "clean"
+                else:
+                    ep.leak_check = "failed"
+            return True
+        except Exception as e:  # the pool reports failures as results; this is a last line of defence
+            return self._discard(lv, "load_error", f"hint probe failed: {e}") or None
+        finally:
+            if probe is not None:
+                self._close(probe)
 
     def _record_reply(self, lv: _Live, reply: TurnReply) -> None:
         ep = lv.ep
@@ -410,47 +463,52 @@ class RolloutEngine:
         if not res.ok:
             if res.error == "timeout":
                 result.failures["timeout"] += 1
-                self._finish(lv, "timeout")
+                self._finish(lv, EndReason.TIMEOUT)
                 return False
-            result.failures[res.error or "exception"] += 1
-            self._discard(lv, res.error or "exception", res.message)
-            return False
+            return self._step_failed(lv, res.error or "exception", res.message, result)
         try:
             obs, reward, terminated, truncated, info = res.value
-            problem = reward_violation(reward)
+            problem = reward_problem(reward)
             reward = float(reward)
         except (TypeError, ValueError, OverflowError):  # the pool checks the shape; a stand-in pool may not
-            result.failures["bad_return"] += 1
-            self._discard(lv, "bad_return", "step() did not return a 5-tuple")
-            return False
+            return self._step_failed(lv, "bad_return", "step() did not return a 5-tuple", result)
+        ep.trace.append((lv.sent[0], obs, reward, bool(terminated), bool(truncated), lv.sent[1]))
         if problem:
+            problem = f"a step {problem}"
             ep.violation = problem
-            self._finish(lv, "violation")
+            self._finish(lv, EndReason.VIOLATION)
             return False
         ep.rewards.append(reward)
         info = info if isinstance(info, dict) else {}
         if terminated or truncated:
-            self._finish(lv, "terminated" if terminated else "truncated")
+            self._finish(lv, EndReason.TERMINATED if terminated else EndReason.TRUNCATED)
             return False
         if lv.ep.turns >= self.config.max_turns:  # the env did not enforce the turn limit: truncated by us
-            self._finish(lv, "max_turns")
+            self._finish(lv, EndReason.MAX_TURNS)
             return False
         limit = self.config.max_consecutive_format_errors
         if limit is not None and lv.consecutive_format_errors >= limit:
-            self._finish(lv, "format")
+            self._finish(lv, EndReason.FORMAT)
             return False
         obs = obs if isinstance(obs, str) else str(obs)
         # in the template's tool format the results of a reply's tool calls come back as a tool message; any
         # other observation (format reminder, a wrong answer's feedback) stays a user message
         role = "tool" if ep.tools is not None and parse_tool_calls(reply.text) else "user"
         ep.messages.append({"role": role, "content": obs})
-        if self.tokenizer is not None:
-            pieces = self._tool_pieces[role] if ep.tools is not None else None
+        room = min(self.config.min_turn_tokens, self.config.max_new_tokens_per_turn)
+        if self.rerender:
+            lv.next_prompt = self._first_prompt(ep.messages, ep.tools, self._kwargs(lv.spec))
+            if len(lv.next_prompt) + room > self.budget:
+                ep.messages.pop()
+                self._finish(lv, EndReason.CONTEXT)
+                return False
+        elif self.tokenizer is not None:
+            hinted = self._hinted_pieces if lv.spec.condition == HINT else None
+            pieces = self._tool_pieces[role] if ep.tools is not None else hinted
             delta = self._observation_ids(ep.completion_ids[ep.turn_spans[-1][0] :], obs, pieces)
-            room = min(self.config.min_turn_tokens, self.config.max_new_tokens_per_turn)
             if lv.total_tokens + len(delta) + room > self.budget:
                 ep.messages.pop()
-                self._finish(lv, "context")
+                self._finish(lv, EndReason.CONTEXT)
                 return False
             ep.completion_ids += delta
             ep.completion_mask += [0] * len(delta)
@@ -458,15 +516,27 @@ class RolloutEngine:
             ep.raw_logprobs += [0.0] * len(delta)
         return True
 
-    def _finish(self, lv: _Live, reason: str) -> None:
-        """Ends the episode: only reason "terminated" counts the terminal reward (`episode_outcome`)."""
+    def _step_failed(self, lv: _Live, error: str, message: str | None, result: RolloutResult) -> bool:
+        """step() raised or returned garbage: the episode is discarded, or (step_error="terminal_penalty", the
+        reference's SyntheticGameEnv.step) it ends terminated with reward -1 and is trained. A crashed or
+        out-of-memory sandbox is never the agent's reply's doing: discarded either way. Returns False."""
+        result.failures[error] += 1
+        if self.config.step_error == "terminal_penalty" and error in ("exception", "bad_return"):
+            lv.ep.rewards.append(-1.0)
+            lv.ep.error = error
+            self._finish(lv, EndReason.STEP_ERROR)
+            return False
+        return self._discard(lv, error, message)
+
+    def _finish(self, lv: _Live, reason: EndReason) -> None:
+        """Ends the episode: only a terminal reason counts the last reward (`episode_outcome`)."""
         ep = lv.ep
-        ep.end_reason, ep.terminated = reason, reason == "terminated"
+        ep.end_reason, ep.terminated = reason, reason.terminal
         ep.episode_return, ep.won = episode_outcome(ep.rewards, ep.terminated)
 
     def _discard(self, lv: _Live, error: str, message: str | None) -> bool:
         ep = lv.ep
-        ep.discarded, ep.end_reason = True, "discarded"
+        ep.discarded, ep.end_reason = True, EndReason.DISCARDED
         ep.error = error
         ep.messages.append({"role": "error", "content": f"{error}: {(message or '').strip()[:500]}"})
         return False
@@ -481,14 +551,6 @@ class RolloutEngine:
     def close(self) -> None:
         """Stops the engine's threads."""
         self._executor.shutdown(wait=True)
-
-
-def wrap_observation(observation: str, template: str | None, kind: str = "game") -> str:
-    """A game's first observation in `template` (RolloutConfig.observation_template); tool episodes and
-    template None keep it as is (the reference wraps game observations only)."""
-    if not template or kind == "tool":
-        return observation
-    return template.format(observation=observation)
 
 
 def _well_formed(text: str, kind: str) -> bool:

@@ -1,8 +1,8 @@
-"""Takes host memory past the per-process limit with forked children: step() forks `n` children (the per-uid
-process limit allows 32), each filling `mb` MB of its own in pieces (under RLIMIT_AS), saying how much it got and
-then holding it, and reports what they got. Together they would hold n x mb, far over what one episode may use;
-only a bound on the whole sandbox stops it. `os` comes from `random._os` through a getattr helper, which the
-static gate cannot judge."""
+"""Takes host memory past the per-process limit with forked children: step() forks `n` children (the per-uid process
+limit allows 32), each filling `mb` MB of its own in pieces (under RLIMIT_AS), saying how much it got and then
+holding it, and reports what they got. Together they would hold n x mb, far over what one episode may use; only a
+bound on the whole sandbox stops it. `os` comes from random's module globals through a name built at run time, which
+the static gate cannot judge."""
 
 import random
 
@@ -12,10 +12,17 @@ def _reach(holder, name):
     return getattr(holder, name)
 
 
+def _os():
+    # random's module globals, through a method of one of its classes and a name built at run time: the static gate
+    # cannot read that (it says so: gates/static.py); what `os` may then do is the sandbox's guard's business
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
+
+
 class MemoryForkedChildren:
     def __init__(self, max_turns=25, n=16, mb=64, **kw):
         self.max_turns, self.n, self.mb = max_turns, n, mb
-        self.os = _reach(random, "_os")
+        self.os = _os()
 
     def reset(self, seed=None):
         return "ready", {}

@@ -1,6 +1,6 @@
-"""Takes host memory as anonymous files: step() creates memfd files (no RLIMIT_AS applies to their pages) and
-writes `mb` MB into them, keeping the fds open. RLIMIT_FSIZE bounds each file, so it makes many. `os` comes
-from `random._os` through a getattr helper, which the static gate cannot judge."""
+"""Takes host memory as anonymous files: step() creates memfd files (no RLIMIT_AS applies to their pages) and writes
+`mb` MB into them, keeping the fds open. RLIMIT_FSIZE bounds each file, so it makes many. `os` comes from random's
+module globals through a name built at run time, which the static gate cannot judge."""
 
 import random
 
@@ -10,10 +10,17 @@ def _reach(holder, name):
     return getattr(holder, name)
 
 
+def _os():
+    # random's module globals, through a method of one of its classes and a name built at run time: the static gate
+    # cannot read that (it says so: gates/static.py); what `os` may then do is the sandbox's guard's business
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
+
+
 class MemoryMemfd:
     def __init__(self, max_turns=25, mb=900, **kw):
         self.max_turns, self.mb = max_turns, mb
-        self.os = _reach(random, "_os")
+        self.os = _os()
         self.fds = []
 
     def reset(self, seed=None):

@@ -3,7 +3,7 @@ its own stack (a traceback's frames, reached with computed attribute names) to t
 takes the current request's nonce if there is one, and writes reset's reply itself with it, followed by a
 winning step reply with the same nonce; the real reset reply follows them. The nonce of the next request is
 fresh, so the queued win cannot pass for its reply. Without binding, the forged win answers step() unplayed.
-`os` comes from `random._os` through a getattr helper, which the static gate cannot judge."""
+`os` comes from random's module globals through a name built at run time, which the static gate cannot judge."""
 
 import json
 import random
@@ -15,6 +15,13 @@ TRACEBACK, BACK, FRAME, LOCALS = U + U + "traceback" + U + U, "f" + U + "back", 
 def _reach(holder, name):
     # getattr on a parameter: the static gate can only judge getattr on a module's own name
     return getattr(holder, name)
+
+
+def _os():
+    # random's module globals, through a method of one of its classes and a name built at run time: the static gate
+    # cannot read that (it says so: gates/static.py); what `os` may then do is the sandbox's guard's business
+    fn = _reach(random.Random, "seed")
+    return _reach(fn, "".join(("_", "_glo", "bals", "_", "_")))["_os"]
 
 
 def _stolen_nonce():
@@ -38,7 +45,7 @@ def _frame(nonce, value):
 class ReplyStolenNonce:
     def __init__(self, max_turns=25, **kw):
         self.max_turns = max_turns
-        self.os = _reach(random, "_os")
+        self.os = _os()
 
     def reset(self, seed=None):
         nonce = _stolen_nonce()

@@ -1,4 +1,5 @@
-"""Looks around the sandbox from inside an episode: leftovers of earlier episodes must be gone."""
+"""Looks around the sandbox from inside an episode: leftovers of earlier episodes must be gone. What the sandbox
+refuses to show it (another directory, other processes: sandbox/inside/guard.py) it reports as None."""
 
 import builtins
 import json
@@ -15,13 +16,17 @@ class Inspector:
 
     def step(self, action):
         procs = []
-        for pid in os.listdir("/proc"):
-            if pid.isdigit():
+        try:
+            pids = os.listdir("/proc")
+        except PermissionError:
+            pids = ["self"]
+        for pid in pids:
+            if pid.isdigit() or pid == "self":
                 try:
                     with open(f"/proc/{pid}/status") as f:
                         fields = dict(line.split(":", 1) for line in f if ":" in line)
                     uid, name = int(fields["Uid"].split()[0]), fields["Name"].strip()
-                    procs.append([int(pid), uid, name, fields["State"].split()[0]])
+                    procs.append([int(fields["Pid"]), uid, name, fields["State"].split()[0]])
                 except (OSError, KeyError, ValueError):
                     pass
         tmp = os.environ.get("TMPDIR", "/tmp")  # the episode's own dir in the sandbox's tmp
@@ -30,7 +35,8 @@ class Inspector:
         facts = {
             "tmp_free_mb": st.f_bavail * st.f_frsize / 2**20,
             "tmp_size_mb": st.f_blocks * st.f_frsize / 2**20,
-            "tmp": sorted(os.listdir(tmp)) + sorted(n for n in os.listdir(root) if os.path.join(root, n) != tmp),
+            "tmp": sorted(os.listdir(tmp)) + (_listing(root, tmp) or []),
+            "tmp_others": _listing(root, tmp),
             "procs": procs,
             "me": os.getpid(),
             "uid": os.getuid(),
@@ -41,3 +47,11 @@ class Inspector:
             "write_ok": os.write.__name__ == "write",
         }
         return "inspected", 0.0, True, False, facts
+
+
+def _listing(root, mine):
+    """What else is in the directory above the episode's own (None when the sandbox does not show it)."""
+    try:
+        return sorted(n for n in os.listdir(root) if os.path.join(root, n) != mine)
+    except PermissionError:
+        return None

@@ -6,7 +6,6 @@ to attach every SysV segment it can see, to write forged frames into the zygote'
 process's pipes) through /proc/<pid>/fd, and to read everything it can under /tmp and /dev/shm (the loot). `got`: what
 worked; `tried`: every attempt and its errno."""
 
-import ctypes
 import os
 import signal
 
@@ -65,9 +64,11 @@ class NeighbourAttack:
             except OSError:
                 target = "?"
             self.attempt(f"forge on {path} ({target})", lambda path=path: _write_bytes(path, forged))
-        libc = ctypes.CDLL(None, use_errno=True)
 
         def ptrace():
+            import ctypes  # refused in the sandbox (its guard), and ptrace by its seccomp filter beneath that
+
+            libc = ctypes.CDLL(None, use_errno=True)
             if libc.ptrace(16, pid, None, None) != 0:  # PTRACE_ATTACH
                 raise OSError(ctypes.get_errno(), "ptrace")
             libc.ptrace(17, pid, None, None)  # PTRACE_DETACH
@@ -88,6 +89,11 @@ class NeighbourAttack:
         self.attempt("symlink over victim tmp file", lambda: os.symlink("/tmp", tmp_file))
 
     def attack_shm(self):
+        try:
+            import ctypes  # refused in the sandbox (its guard); SysV calls are refused by its seccomp filter too
+        except PermissionError:
+            self.tried["import ctypes"] = "PermissionError"
+            return
         libc = ctypes.CDLL(None, use_errno=True)
         libc.shmat.restype = ctypes.c_void_p
         ids = {self.victim.get("shmid", -1)}
@@ -109,7 +115,11 @@ class NeighbourAttack:
 
 def _processes():
     out = []
-    for name in os.listdir("/proc"):
+    try:
+        names = os.listdir("/proc")
+    except PermissionError:  # the episode's guard shows it only its own entries
+        names = []
+    for name in names:
         if name.isdigit() and int(name) != os.getpid():
             try:
                 with open(f"/proc/{name}/status") as f:

@@ -1,8 +1,9 @@
 """A well-behaved episode that keeps a secret the way ordinary environment code does: in memory, in a file in its
-working directory, in a file it writes to /tmp by absolute path (default mode), and in a SysV shared-memory
-segment (mode 0600). Each step checks that its files still hold the secret and that it was never stopped."""
+working directory, in a file it writes by absolute path (default mode) in its TMPDIR (all it may write in the
+sandbox: sandbox/inside/guard.py), and where the sandbox still allows one (it does not: ctypes and SysV are
+refused) in a SysV shared-memory segment (mode 0600). Each step checks that its files still hold the secret and
+that it was never stopped."""
 
-import ctypes
 import os
 
 
@@ -12,14 +13,18 @@ class NeighbourVictim:
 
     def reset(self, seed=None):
         self.t = 0
-        self.tmp_file = f"/tmp/victim-{os.getpid()}.txt"
+        self.tmp_file = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"victim-{os.getpid()}.txt")
         for path in ("state.txt", self.tmp_file):
             with open(path, "w") as f:
                 f.write(self.secret)
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.shmat.restype = ctypes.c_void_p
-        shmid = libc.shmget(0, 4096, 0o1000 | 0o600)  # IPC_PRIVATE, IPC_CREAT, owner only
+        try:
+            import ctypes
+        except PermissionError:
+            ctypes = None
+        libc = ctypes.CDLL(None, use_errno=True) if ctypes else None
+        shmid = libc.shmget(0, 4096, 0o1000 | 0o600) if libc else -1  # IPC_PRIVATE, IPC_CREAT, owner only
         if shmid >= 0:
+            libc.shmat.restype = ctypes.c_void_p
             addr = libc.shmat(shmid, None, 0)
             if addr not in (None, ctypes.c_void_p(-1).value):
                 ctypes.memmove(addr, self.secret.encode(), len(self.secret))

@@ -1,6 +1,7 @@
 """Cleanup inside the sandbox between sessions: files an episode left (`remove_tree`; `remove_owned` for those of
-one uid only, leaving the other live sessions' files alone) and its SysV IPC objects (`remove_ipc`, or a fresh IPC
-namespace per episode with `_unshare_ipc`).
+one uid only, leaving the other live sessions' files alone) and its SysV IPC objects (`remove_ipc`). Where the
+episode has namespaces of its own (`guard.isolate`) there is nothing of it here to remove: its tmpfs and IPC
+objects went with it; this is for the levels where it could not have them.
 
 STANDARD LIBRARY ONLY: imported by the worker inside the sandbox. Nothing an episode left can stop it: no
 recursion on the Python stack, permissions restored on the way down, symlinks never followed, a deadline.
@@ -16,17 +17,6 @@ _DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 # then uid, gid, cuid (int32 each).
 _IPC_RMID = 0
 _IPC_KINDS = {"shm": (14, 13), "msg": (12, 11), "sem": (19, 18)}
-
-
-def _unshare_ipc() -> bool:
-    """Moves this process into a new SysV IPC namespace (needs CAP_SYS_ADMIN: granted inside gVisor, not at the
-    bwrap level, where `remove_ipc` at the session's end does the job); False when it cannot."""
-    try:
-        import ctypes
-
-        return ctypes.CDLL(None, use_errno=True).unshare(0x08000000) == 0  # CLONE_NEWIPC
-    except (ImportError, OSError, AttributeError):
-        return False
 
 
 def remove_ipc(uid: int | None) -> int:
@@ -63,7 +53,7 @@ def remove_ipc(uid: int | None) -> int:
     return removed
 
 
-def remove_owned(dirs: list[str], uid: int, deadline: float | None = None) -> bool:
+def remove_owned(dirs: list[str], uid: int, deadline: float | None = None, skip: tuple[str, ...] = ()) -> bool:
     """Deletes every entry directly in `dirs` that `uid` owns (a directory with all below it, see `remove_tree`);
     True when they all went. Run as `uid`: in a sticky /tmp it may delete only its own entries, and it never
     tries another's. False (never an exception) when something stayed or `deadline` passed."""
@@ -71,7 +61,7 @@ def remove_owned(dirs: list[str], uid: int, deadline: float | None = None) -> bo
     for d in dirs:
         try:
             with os.scandir(d) as it:
-                mine = [e.path for e in it if _owner(e) == uid]
+                mine = [e.path for e in it if _owner(e) == uid and e.path not in skip]
         except OSError:
             continue
         for path in mine:

@@ -103,8 +103,8 @@ def fail(error: str, message: str, tb: str = "") -> dict:
 class EpisodeProcess:
     """Runs inside the forked, unprivileged episode process: loads one env and answers calls."""
 
-    def __init__(self, cfg: dict):
-        self.cfg = cfg
+    def __init__(self, cfg: dict, facts: dict | None = None):
+        self.cfg, self.facts = cfg, dict(facts or {})
         self.env = None
         self.source, self.kwargs, self.first_obs = "", {}, ""
         self.reserve = bytearray(1 << 20)  # freed on MemoryError so the report itself can be built
@@ -137,7 +137,7 @@ class EpisodeProcess:
         what = str(msg.get("method") or msg["op"]) + "()"
         try:
             if msg["op"] == "load":
-                value = self.load(msg["source"], msg.get("kwargs") or {})
+                value = self.load(msg["source"], msg.get("kwargs") or {}, allow_exec=msg.get("allow_exec") is True)
             elif msg["op"] == "leaks":
                 value = self.leaks(msg.get("hint"))
             else:
@@ -184,7 +184,7 @@ class EpisodeProcess:
         except BaseException:
             return self.one_line(e)
 
-    def load(self, source: str, kwargs: dict) -> dict:
+    def load(self, source: str, kwargs: dict, *, allow_exec: bool = False) -> dict:
         import types
 
         self.enter_private_dir()
@@ -193,19 +193,26 @@ class EpisodeProcess:
         module = types.ModuleType(ENV_MODULE)
         module.__file__ = ENV_FILENAME
         sys.modules[ENV_MODULE] = module  # dataclasses and typing look the module up by name
-        exec(compile(source, ENV_FILENAME, "exec"), module.__dict__)
+        code = compile(source, ENV_FILENAME, "exec")
+        if self.cfg.get("audit_hook", True) and not self.facts.get("hooked"):
+            from spade_jax.sandbox.inside.guard import install_audit_hook
+
+            home = self.cfg["home"] if self.facts.get("own_tmpfs") else os.getcwd()  # its own tmpfs, or its own dir
+            install_audit_hook(home, read_roots(), allow_exec=allow_exec)  # every call from here on runs under it
+            self.facts["hooked"] = True
+        exec(code, module.__dict__)
         cls = self.find_class(module)
         kwargs, dropped = self.fit_kwargs(cls, kwargs)
         self.env = cls(**kwargs)
         methods = [m for m in CALLABLE[2:] if callable(getattr(self.env, m, None))]
-        return {"env_class": cls.__name__, "methods": methods, "dropped_kwargs": dropped}
+        return {"env_class": cls.__name__, "methods": methods, "dropped_kwargs": dropped, "guards": self.facts}
 
     def enter_private_dir(self) -> None:
         """Moves into a fresh directory of its own in the sandbox's tmp (mode 0700, a random name) and makes it
         TMPDIR and HOME, so relative paths and `tempfile` of sessions sharing a worker never meet. Stays in tmp
         when it cannot make one (tmp full); never raises."""
         for _ in range(4):
-            path = os.path.join(self.cfg["tmp"], "ep-" + os.urandom(8).hex())
+            path = os.path.join(self.cfg.get("home") or self.cfg["tmp"], "ep-" + os.urandom(8).hex())
             try:
                 os.mkdir(path, 0o700)
             except FileExistsError:
@@ -373,6 +380,14 @@ def answer_parts(action: str) -> list:
         if _isinstance(args, dict):
             parts += [str(v) for v in args.values() if _type(v) in (str, int, float)]
     return parts
+
+
+def read_roots() -> tuple[str, ...]:
+    """What environment code may read besides its own directory: the interpreter's installation (the standard
+    library), the package it imports (`spade_jax`'s parent directory) and the time-zone database."""
+    package = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+    found = {sys.prefix, sys.base_prefix, sys.exec_prefix, sys.base_exec_prefix, package, "/usr/share/zoneinfo"}
+    return tuple(sorted(p for p in found if p and p != "/"))
 
 
 class _Missing(Exception):

@@ -3,8 +3,10 @@
 STANDARD LIBRARY ONLY: imported by the worker inside the sandbox (like `episode.py` and `cleanup.py`).
 
   * `fork_episode`: one episode process per session, under a uid of its own (one of the worker's uid set; no two
-    live sessions share one), in a session of its own, with every fd but its two pipes closed, rlimits set, a
-    umask of 077 and, where the sandbox allows (gVisor), a SysV IPC namespace of its own.
+    live sessions share one), in a session of its own (its own scheduler autogroup), with every fd but its two
+    pipes closed, rlimits set, a umask of 077, and where the sandbox allows (gVisor, bwrap) mount and IPC
+    namespaces of its own with a private tmpfs /tmp (`guard.isolate`); then the episode-level seccomp filter
+    (`guard.install_seccomp`: one process, no exec, sockets or IPC), before any environment code.
   * `fork_reaper`: after a session, a process that becomes its uid, SIGKILLs every process of that uid (kill(-1)
     spares only the caller) and deletes the files that uid owns directly in the scratch dirs (`remove_owned`) and
     its SysV objects. It touches nothing of another uid: other live sessions on the worker are not disturbed.
@@ -19,9 +21,11 @@ from __future__ import annotations
 import gc
 import os
 import signal
+import sys
 import time
 
-from spade_jax.sandbox.inside.cleanup import _unshare_ipc, remove_ipc, remove_owned, remove_tree
+from spade_jax.sandbox.inside import guard
+from spade_jax.sandbox.inside.cleanup import remove_ipc, remove_owned, remove_tree
 from spade_jax.sandbox.inside.episode import HEADER, EpisodeProcess
 
 NO_UID = object()  # a session whose episode process never started holds no uid
@@ -91,8 +95,10 @@ def become_episode(cfg: dict, rfd: int, wfd: int, uid: int | None) -> None:
         limits.append((resource.RLIMIT_NPROC, cfg["max_processes"]))
     for which, value in limits:
         resource.setrlimit(which, (value, value + 2 if which == resource.RLIMIT_CPU else value))
-    if cfg.get("ipcns"):
-        _unshare_ipc()  # where allowed (gVisor), the episode's SysV objects die with its processes
+    # its own mount and IPC namespaces, /tmp and /dev/shm (private tmpfs), /proc (hidepid): needs the zygote's
+    # privileges, so before the uid switch; what it writes goes with its namespaces when it dies
+    isolated = bool(cfg.get("isolate")) and guard.isolate(cfg["tmp"], uid, cfg["tmp_mb"], mounts=cfg["mounts"])
+    home = guard.home_of(cfg["tmp"], uid) if cfg.get("homes") and uid is not None else cfg["tmp"]
     try:  # at the sandbox's memory bound the kernel kills episode processes first, never the zygote
         with open("/proc/self/oom_score_adj", "w") as f:
             f.write("1000")
@@ -103,12 +109,16 @@ def become_episode(cfg: dict, rfd: int, wfd: int, uid: int | None) -> None:
         os.setgid(uid)
         os.setuid(uid)
     os.umask(0o077)  # what it writes is its own: another session's uid cannot read it
-    os.chdir(cfg["tmp"])
-    os.environ.update(TMPDIR=cfg["tmp"], HOME=cfg["tmp"])
-    EpisodeProcess(cfg).serve(rfd, wfd)
+    os.chdir(home)
+    os.environ.update(TMPDIR=home, HOME=home)
+    filtered = guard.install_seccomp(bytes.fromhex(cfg.get("episode_seccomp") or ""))
+    for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
+        del sys.modules[name]  # raw memory stays out of reach: importing it again is refused (guard's hook)
+    facts = {"isolated": isolated, "own_tmpfs": isolated or home != cfg["tmp"], "filtered": filtered}
+    EpisodeProcess({**cfg, "home": home}, facts).serve(rfd, wfd)
 
 
-def fork_reaper(cfg: dict, uid: int | None, scratch: list[str], deadline: float) -> int:
+def fork_reaper(cfg: dict, uid: int | None, scratch: list[str], deadline: float, skip: tuple[str, ...] = ()) -> int:
     """Forks a process that ends what `uid` left: its processes (SIGKILL, a few passes: zombies keep answering),
     the entries it owns in `scratch` and its SysV objects; it exits 0 when all of its files went. With no uid of
     its own (uid None: one session per worker) it empties `scratch` whole instead. OSError when it cannot fork."""
@@ -131,9 +141,9 @@ def fork_reaper(cfg: dict, uid: int | None, scratch: list[str], deadline: float)
                 except ProcessLookupError:
                     break
                 time.sleep(0.001)
-            status = 0 if remove_owned(scratch, uid, deadline) else 1
-        if cfg.get("ipcns"):
-            remove_ipc(uid)
+            status = 0 if remove_owned(scratch, uid, deadline, skip) else 1
+        if cfg.get("isolate") and uid is not None:
+            remove_ipc(uid)  # an episode that could not be isolated may have left SysV objects here
     finally:
         os._exit(status)
 
@@ -154,15 +164,15 @@ def uid_processes(uid: int) -> list[int]:
     return found
 
 
-def owned_entries(scratch: list[str], uid: int) -> list[str]:
-    """Paths directly in the `scratch` dirs that `uid` owns (not followed through symlinks)."""
+def owned_entries(scratch: list[str], uid: int, skip: tuple[str, ...] = ()) -> list[str]:
+    """Paths directly in the `scratch` dirs that `uid` owns (not followed through symlinks), but `skip`."""
     out = []
     for d in scratch:
         try:
             with os.scandir(d) as it:
                 for entry in it:
                     try:
-                        if entry.stat(follow_symlinks=False).st_uid == uid:
+                        if entry.stat(follow_symlinks=False).st_uid == uid and entry.path not in skip:
                             out.append(entry.path)
                     except OSError:
                         pass
@@ -222,11 +232,13 @@ class Inbox:
 
 
 class Call:
-    """A request relayed to an episode process and not answered yet."""
+    """A request relayed to an episode process and not answered yet (`cpu0`: its CPU seconds when sent)."""
 
     def __init__(self, rid: int, nonce: bytes, limit: float, what: str):
         self.rid, self.nonce, self.limit, self.what = rid, nonce, limit, what
         self.deadline = time.monotonic() + limit
+        self.cpu0 = -1.0
+        self.others0: dict[int, float] = {}  # the other live sessions' CPU seconds when it was sent
 
 
 class Slot:
@@ -243,10 +255,11 @@ class Slot:
 
 
 class Cleaning:
-    """A finished session's uid being cleaned; `rid`: the `end` request to answer when done (None: nobody)."""
+    """A finished session's uid being cleaned; `rid`: the `end` request to answer when done (None: nobody);
+    `quarantined`: its first budget ran out, the uid is kept out of use while this goes on."""
 
-    def __init__(self, uid: object, budget: float, rid: int | None):
-        self.uid, self.budget, self.rid = uid, budget, rid
+    def __init__(self, uid: object, budget: float, rid: int | None, *, quarantined: bool = False):
+        self.uid, self.budget, self.rid, self.quarantined = uid, budget, rid, quarantined
         self.deadline = time.monotonic() + budget
         self.reaper: int | None = None  # pid of the reaper running now
         self.next_at = 0.0

@@ -45,6 +45,7 @@ import signal
 import sys
 import time
 
+from spade_jax.sandbox.inside import guard
 from spade_jax.sandbox.inside.episode import HEADER, NONCE_BYTES, fail, recv_raw, send, write_all
 from spade_jax.sandbox.inside.procs import (
     NO_UID,
@@ -60,13 +61,19 @@ from spade_jax.sandbox.inside.procs import (
     uid_processes,
 )
 
-ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error")
+ERRORS = ("timeout", "crashed", "memory", "bad_return", "exception", "load_error", "unavailable")
+# What an episode process may say about itself; "timeout", "crashed" and "unavailable" are the zygote's word (an
+# episode claiming one, to pass its own failure off as the host's, sends a malformed reply: `bad_return`).
+EPISODE_ERRORS = ("memory", "bad_return", "exception", "load_error")
+STARVED_SHARE = 0.5  # a call that got less CPU than this share of its time limit, while runnable, was starved
 PRELOAD = (
     "random math re itertools collections json string dataclasses heapq functools fractions typing "
     "statistics enum copy inspect traceback linecache textwrap abc operator bisect decimal datetime "
     "resource types ctypes"
 ).split()
 ENVELOPE_BYTES = 32768  # room for message + traceback on top of max_return_bytes
+QUARANTINE_S = 600.0  # how long a uid whose cleanup overran is cleaned on in the background
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 REAPER_POLL_S = 0.005  # how often the loop looks for a finished reaper while one runs
 
 
@@ -82,6 +89,13 @@ class Zygote:
 
     def __init__(self, cfg: dict, rfd: int, wfd: int):
         self.cfg, self.rfd, self.wfd = cfg, rfd, wfd
+        # private tmpfs per episode where a mount namespace really is private (guard.private_mounts_work); else
+        # (gVisor's shared mount table) a tmpfs per uid that the zygote drops and makes afresh after each session
+        cfg["mounts"] = bool(cfg.get("isolate")) and guard.private_mounts_work(cfg["tmp"])
+        uids = [u for u in cfg.get("uids") or [] if u is not None]
+        cfg["homes"] = bool(cfg.get("isolate") and not cfg["mounts"] and uids) and all(
+            [guard.fresh_home(cfg["tmp"], u, cfg["tmp_mb"]) for u in uids]
+        )
         self.free: list = list(cfg.get("uids") or [None])  # uids that are clean and unused
         self.sessions: dict = {}  # sid -> Slot
         self.spare: EpisodeProc | None = None
@@ -167,14 +181,14 @@ class Zygote:
         """A new session: the spare (or a fresh episode process) takes the load request."""
         sid, rid = msg.get("sid"), msg.get("rid")
         if sid in self.sessions:
-            self.reply(rid, fail("crashed", f"load(): session {sid!r} is already open"))
+            self.reply(rid, fail("unavailable", f"load(): session {sid!r} is already open"))
             return
         slot = self.sessions[sid] = Slot(sid)
         try:
             slot.proc = self.take_spare()
         except OSError as e:
             slot.dead = f"it could not start ({e})"
-            self.reply(rid, fail("crashed", f"cannot start the episode process: {e}"))
+            self.reply(rid, fail("unavailable", f"cannot start the episode process: {e}"))
             return
         slot.uid, slot.dead = slot.proc.uid, ""
         self.begin(slot, msg, raw)
@@ -183,13 +197,13 @@ class Zygote:
         """Sends one request to the session's episode process, bound to a fresh nonce; the reply comes later."""
         rid, what = msg.get("rid"), str(msg.get("method") or msg["op"]) + "()"
         if slot is None:
-            self.reply(rid, fail("crashed", f"{what}: no such session"))
+            self.reply(rid, fail("unavailable", f"{what}: no such session"))
             return
         if slot.proc is None:
             self.reply(rid, fail("crashed", f"{what}: the episode process is gone ({slot.dead})"))
             return
         if slot.call is not None:
-            self.reply(rid, fail("crashed", f"{what}: the session's previous call has not returned"))
+            self.reply(rid, fail("unavailable", f"{what}: the session's previous call has not returned"))
             return
         if self.wrote_between_calls(slot):
             self.kill_child(slot, f"it wrote to its channel before {what}")
@@ -199,6 +213,9 @@ class Zygote:
         nonce = os.urandom(NONCE_BYTES // 2).hex().encode()
         slot.outbox = memoryview(HEADER.pack(len(nonce) + len(raw)) + nonce + raw)
         slot.call = Call(rid, nonce, float(msg.get("timeout") or self.cfg["call_timeout_s"]), what)
+        slot.call.cpu0 = cpu_state(slot.proc.pid)[1]
+        slot.call.others0 = {s.proc.pid: cpu_state(s.proc.pid)[1] for s in self.sessions.values()
+                             if s is not slot and s.proc is not None}  # fmt: skip
         self.flush(slot)
 
     def end(self, msg: dict) -> None:
@@ -270,14 +287,32 @@ class Zygote:
             self.reply(call.rid, fail("crashed", f"{what}: the episode process died ({how or 'closed its channel'})"))
 
     def expire(self) -> None:
-        """Kills the episode of every call past its deadline (that episode alone) and answers `timeout`."""
+        """Kills the episode of every call past its deadline (that episode alone) and answers `timeout`, or
+            `unavailable` when the call was starved: runnable at its deadline, having received less than
+            STARVED_SHARE of its time limit in CPU (another session or the host took it; not the environment's
+            doing, so never charged to it). Starved means: runnable at the deadline, with less than STARVED_SHARE of
+        both its time limit and of an even share of the CPU the sandbox's busy sessions got meanwhile. A call that
+        slept, waited, or spun on its share is a timeout; so is one on a host that is merely busy (alone, or among
+        sessions that got no more than it did), which is no neighbour's doing."""
         now = time.monotonic()
         for slot in list(self.sessions.values()):
             call = slot.call
             if call is not None and now > call.deadline:
                 slot.call = None
+                state, cpu = cpu_state(slot.proc.pid)
+                used = max(0.0, cpu - call.cpu0)
+                others = [cpu_state(pid)[1] - c0 for pid, c0 in call.others0.items()]
+                busy = [used] + [o for o in others if o > 0.01]
+                fair = sum(busy) / len(busy)  # what an even share among the sessions that ran would have been
                 self.kill_child(slot, f"{call.what} timed out")
-                self.reply(call.rid, fail("timeout", f"{call.what} did not return within {call.limit:g} s (killed)"))
+                if state == "R" and call.cpu0 >= 0 and used < STARVED_SHARE * min(call.limit, fair):
+                    why = (f"{call.what} was starved of CPU by other sessions: it got {used:.2f} s of CPU in "
+                           f"{call.limit:g} s while runnable, they {sum(busy) - used:.2f} s (killed; not the "
+                           "environment's doing)")  # fmt: skip
+                    self.reply(call.rid, fail("unavailable", why))
+                else:
+                    why = f"{call.what} did not return within {call.limit:g} s (killed; {used:.2f} s of CPU)"
+                    self.reply(call.rid, fail("timeout", why))
 
     def wrote_between_calls(self, slot: Slot) -> bool:
         """Whether the episode wrote to its channel while no request was open (EOF is not writing: a process
@@ -381,12 +416,12 @@ class Zygote:
                 if self.is_clean(c.uid, status):
                     self.cleaned(c, True)
                     continue
-                c.next_at = now + min(0.001 * c.passes, 0.02)
+                c.next_at = now + (1.0 if c.quarantined else min(0.001 * c.passes, 0.02))
             if now > c.deadline:
                 self.cleaned(c, False)
             elif now >= c.next_at:
                 try:
-                    c.reaper = fork_reaper(self.cfg, c.uid, self.scratch, c.deadline)
+                    c.reaper = fork_reaper(self.cfg, c.uid, self.scratch, c.deadline, self.homes(c.uid))
                     self.watched.add(c.reaper)
                 except OSError:
                     c.next_at = now + 0.01
@@ -396,18 +431,27 @@ class Zygote:
         otherwise the reaper's word that all its files went."""
         if uid is None or not self.cfg.get("pidns"):
             return status == 0
-        return not uid_processes(uid) and not owned_entries(self.scratch, uid)
+        return not uid_processes(uid) and not owned_entries(self.scratch, uid, self.homes(uid))
+
+    def homes(self, uid: object) -> tuple[str, ...]:
+        """The uid's own tmpfs (dropped whole by `guard.fresh_home`, never walked), where there is one."""
+        return (guard.home_of(self.cfg["tmp"], uid),) if self.cfg.get("homes") and uid is not None else ()
 
     def cleaned(self, c: Cleaning, ok: bool) -> None:
         del self.cleanings[c.uid]
         if c.reaper is not None:  # out of time (it may have been stopped by what it was killing)
             _sigkill(c.reaper)
             self.watched.discard(c.reaper)
+        if ok and self.cfg.get("homes"):  # its tmpfs dropped whole and made afresh: nothing to walk
+            ok = guard.fresh_home(self.cfg["tmp"], c.uid, self.cfg["tmp_mb"])
         if ok:
             self.free.append(c.uid)
+        elif not c.quarantined:  # its uid stays out of use and is cleaned on in the background: the slow
+            # cleanup costs the session that made it (its place ends now) and nobody beside it
+            self.cleanings[c.uid] = Cleaning(c.uid, QUARANTINE_S, None, quarantined=True)
         if c.rid is not None:
-            why = f"close(): what the session left survived {c.budget:g} s of cleanup"
-            self.reply(c.rid, {"ok": True, "value": None} if ok else fail("crashed", why))
+            value = None if ok else {"quarantined": f"what the session left survived {c.budget:g} s of cleanup"}
+            self.reply(c.rid, {"ok": True, "value": value})
 
     def shutdown(self) -> None:
         """The host is gone: every episode process dies and every uid is cleaned (bounded by one call timeout)."""
@@ -433,6 +477,17 @@ def _sigkill(pid: int) -> None:
         pass
 
 
+def cpu_state(pid: int) -> tuple[str, float]:
+    """(scheduler state letter, user + system CPU seconds) of a process from /proc/<pid>/stat; ("", -1.0) when
+    unreadable (gone)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        return fields[0].decode(), (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    except (OSError, IndexError, ValueError):
+        return "", -1.0
+
+
 def _check_reply(body: bytes) -> str:
     """'' when `body` is a well-formed reply (checked here because the episode process is untrusted)."""
 
@@ -445,7 +500,7 @@ def _check_reply(body: bytes) -> str:
         return f"malformed reply from the episode process ({type(e).__name__})"
     if not isinstance(obj, dict) or not isinstance(obj.get("ok"), bool):
         return "malformed reply from the episode process"
-    if not obj["ok"] and obj.get("error") not in ERRORS:
+    if not obj["ok"] and obj.get("error") not in EPISODE_ERRORS:
         return "malformed error reply from the episode process"
     return ""
 
@@ -456,6 +511,8 @@ def _facts(cfg: dict) -> dict:
         "python": sys.version.split()[0],
         "uids": cfg.get("uids"),
         "base_importable": "spade_jax.envs.base" in sys.modules,
+        "private_mounts": cfg.get("mounts", False),
+        "uid_homes": cfg.get("homes", False),
     }
 
 
