@@ -126,7 +126,7 @@ def test_step_health_reads_the_batch_and_the_memory() -> None:
     samples = [play("a", "no_hint", True), play("a", "no_hint", False), play("a", "hint", True),
                play("b", "no_hint", False), play("b", "no_hint", False),
                play("x", "no_hint", True, DESIGNER)]  # fmt: skip
-    batch = SelfPlayBatch(samples=samples, envs=[_row(0.5, 0.2), _row(0.0, -0.1)])
+    batch = SelfPlayBatch(agent=tuple(samples[:5]), designer=tuple(samples[5:]), envs=(_row(0.5, 0.2), _row(0.0, -0.1)))
     out = step_health(batch, mem, 3)
     assert out["health/step_learnable_frac"] == 0.5, "a: 1 of 2 unhinted plays won (in band), b: 0 of 2"
     assert out["health/learnable_frac"] == 0.5 and out["health/regret_negative_frac"] == 0.5
