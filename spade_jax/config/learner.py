@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
+__all__ = ["ATTENTION_IMPLS", "REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
 
 SCHEDULES = ("constant", "cosine", "linear")
 REMAT_POLICY_NAMES = ("nothing", "dots")  # rl/learner.py maps them to jax.checkpoint policies
+# training attention (model/train_attention.py): auto = cuDNN on GPU, splash on TPU, XLA blocks on CPU
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 ROLE_NORMS = ("none", "std")  # per-role scaling of the group advantages (rl/advantages.py)
 
 
@@ -43,7 +45,11 @@ class LearnerConfig:
     remat: bool = False  # rematerialise each transformer block in the backward pass
     remat_policy: str = "nothing"  # nothing | dots
     logits_chunk: int = 1024  # sequence positions per log-softmax chunk (0: no chunking)
-    attn_query_chunk: int = 128  # query rows per causal attention block, recomputed in the backward (0: whole)
+    # vocabulary entries per chunk inside a positions chunk (0: the whole vocabulary): set it where
+    # [rows, logits_chunk, V] float32 would not fit (benchmarks/plan_memory.py)
+    vocab_chunk: int = 0
+    attn_query_chunk: int = 128  # query rows (and keys) per block of the XLA causal attention (0: whole matrix)
+    attention: str = "auto"  # training attention implementation, one of ATTENTION_IMPLS
     clip_low: float = 0.2
     clip_high: float = 0.28
     is_cap: float = 2.0  # truncation C of the sampler->learner importance weight
@@ -64,6 +70,8 @@ class LearnerConfig:
             raise ValueError(f"kl_coef={self.kl_coef} must be >= 0")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}; expected one of {SCHEDULES}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_IMPLS}")
         if self.remat_policy not in REMAT_POLICY_NAMES:
             raise ValueError(f"remat_policy={self.remat_policy!r}; expected one of {REMAT_POLICY_NAMES}")
         if self.micro_batch_size < 0 or self.grad_accum_steps < 1:
@@ -92,8 +100,9 @@ class LearnerConfig:
             raise ValueError(f"clip_low={self.clip_low}, clip_high={self.clip_high}; {bounds}")
         if not self.is_cap > 0:
             raise ValueError(f"is_cap={self.is_cap}; expected > 0")
-        if self.logits_chunk < 0 or self.attn_query_chunk < 0:
-            chunks = f"logits_chunk={self.logits_chunk}, attn_query_chunk={self.attn_query_chunk}"
+        if self.logits_chunk < 0 or self.attn_query_chunk < 0 or self.vocab_chunk < 0:
+            chunks = f"logits_chunk={self.logits_chunk}, attn_query_chunk={self.attn_query_chunk}, " \
+                f"vocab_chunk={self.vocab_chunk}"  # fmt: skip
             raise ValueError(f"{chunks}; expected >= 0 (0: no chunking)")
 
     def length_buckets_for(self, max_total_len: int) -> tuple[int, ...]:

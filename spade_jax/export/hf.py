@@ -15,6 +15,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, step: int | None = N
     """Rebuilds the run's model, restores the checkpoint's params into it and writes config, weights, tokenizer.
     `run_dir` may be a gs:// run directory (read straight from the bucket)."""
     from spade_jax.model.hf_io import save_hf_dir
+    from spade_jax.model.layer_stack import LayerRelayout
     from spade_jax.model.loading import load_model
 
     root = str(run_dir).rstrip("/") if is_remote(run_dir) else str(Path(run_dir))
@@ -23,7 +24,7 @@ def export_run(run_dir: str | Path, out_dir: str | Path, *, step: int | None = N
         raise FileNotFoundError(f"{run_dir} is not a run directory (no config.json)")
     cfg = RunConfig.from_json(text)
     model_cfg, model, tokenizer = load_model(cfg.model, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    ckpt = Checkpointer(f"{root}/checkpoints", async_save=False)
+    ckpt = Checkpointer(f"{root}/checkpoints", async_save=False, relayout=LayerRelayout())  # either block layout
     try:
         params = nnx.state(model, nnx.Param)
         trees, _ = ckpt.restore(step, {"params": params})

@@ -25,6 +25,7 @@ from spade_jax.config.overrides import changed_keys, to_dict
 from spade_jax.config.run import RunConfig
 from spade_jax.infra.compile_time import compile_seconds
 from spade_jax.infra.hosts import Hosts
+from spade_jax.model.layer_stack import LayerRelayout
 from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
 from spade_jax.run.learn import band_stats, train_on
@@ -77,7 +78,7 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
                         saved, _changed(saved.read_text(), cfg))  # fmt: skip
         saved.write_text(cfg.to_json())
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
-                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
+                        async_save=cfg.loop.async_checkpoints, relayout=LayerRelayout())  # fmt: skip
     progress = StepProgress(cfg.loop.steps, console=console if hosts.is_leader else _quiet())
     try:
         if not resume and ckpt.latest_step() is not None:
