@@ -8,7 +8,7 @@ from dataclasses import dataclass
 __all__ = ["ATTENTION_IMPLS", "REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
 
 SCHEDULES = ("constant", "cosine", "linear")
-REMAT_POLICY_NAMES = ("nothing", "dots")  # rl/learner.py maps them to jax.checkpoint policies
+REMAT_POLICY_NAMES = ("nothing", "attn", "mlp", "dots")  # model/transformer.py REMAT_POLICIES: what remat keeps
 # training attention (model/train_attention.py): auto = cuDNN on GPU, splash on TPU, XLA blocks on CPU
 ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 ROLE_NORMS = ("none", "std")  # per-role scaling of the group advantages (rl/advantages.py)
@@ -43,7 +43,7 @@ class LearnerConfig:
     micro_batch_size: int = 0  # rows per micro-batch; 0: derive from grad_accum_steps
     grad_accum_steps: int = 1  # used when micro_batch_size is 0: micro = N / grad_accum_steps
     remat: bool = False  # rematerialise each transformer block in the backward pass
-    remat_policy: str = "nothing"  # nothing | dots
+    remat_policy: str = "nothing"  # one of REMAT_POLICY_NAMES (benchmarks/plan_memory.py: which fits)
     logits_chunk: int = 1024  # sequence positions per log-softmax chunk (0: no chunking)
     # vocabulary entries per chunk inside a positions chunk (0: the whole vocabulary): set it where
     # [rows, logits_chunk, V] float32 would not fit (benchmarks/plan_memory.py)

@@ -24,10 +24,12 @@ import functools
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.ad_checkpoint import checkpoint_name
 
 IMPLS = ("auto", "xla", "cudnn", "splash")
 NEG_INF = -1e30  # the dense paths' masked score (finite: a fully masked row stays finite)
 SPLASH_BLOCK = 128  # the TPU kernel's block (rows are padded to a multiple of it)
+RESIDUAL_NAME = "attn_residual"  # checkpoint name of the kernels' output and log-sum-exp (what remat may keep)
 
 
 def resolve(impl: str, backend: str | None = None) -> str:
@@ -177,8 +179,9 @@ def _flash_fwd(q, k, v, seg, rows):
     safe = jnp.where(live, total, 1.0)
     out = jnp.where(live[..., None], acc / safe[..., None], 0.0)
     lse = jnp.where(live, m + jnp.log(safe), jnp.inf)  # inf: every probability is 0
-    out = _join_rows(out, 3).astype(q.dtype)
-    return out, (q, k, v, seg, out, lse)
+    # named, so a remat policy that saves RESIDUAL_NAME keeps them and the backward does not rerun the loop
+    out = checkpoint_name(_join_rows(out, 3).astype(q.dtype), RESIDUAL_NAME)
+    return out, (q, k, v, seg, out, checkpoint_name(lse, RESIDUAL_NAME))
 
 
 def _flash_bwd(rows, res, dout):
@@ -261,8 +264,9 @@ def splash_attention(
                           block_q_dkv=SPLASH_BLOCK, block_kv_dkv=SPLASH_BLOCK, block_kv_dkv_compute=SPLASH_BLOCK,
                           block_q_dq=SPLASH_BLOCK, block_kv_dq=SPLASH_BLOCK)  # fmt: skip
     kernel = sk.make_splash_mqa_single_device(
-        sm.MultiHeadMask([sm.CausalMask((tp, tp)) for _ in range(g)]), block_sizes=sizes, interpret=interpret
-    )
+        sm.MultiHeadMask([sm.CausalMask((tp, tp)) for _ in range(g)]), block_sizes=sizes, interpret=interpret,
+        residual_checkpoint_name=RESIDUAL_NAME,
+    )  # fmt: skip
 
     def local(qh, kh_, vh, seg):
         one = lambda qr, kr, vr, sr: kernel(qr, kr, vr, sk.SegmentIds(q=sr, kv=sr))  # [G, T, D] over [T, D]

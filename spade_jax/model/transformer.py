@@ -25,6 +25,7 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from spade_jax.model import kv_cache as kvc
 from spade_jax.model import train_attention
@@ -38,10 +39,18 @@ from spade_jax.model.train_attention import attention
 __all__ = ["DecodeLayouts", "ForwardOptions", "KVCache", "Transformer", "attention"]
 
 _NEG_INF = kvc.NEG_INF
+# What a rematerialised block keeps for its backward pass (the rest is recomputed), by `checkpoint_name`:
+# "attn" the q, k, v, o projections and the attention kernel's output and log-sum-exp (H*D + 2*K*D + E + H*D + H
+# values per token: the attention is not run again), "mlp" gate, up and down (2*F + E), "dots" both.
+# benchmarks/plan_memory.py says which fits; benchmarks/kernels_learner.py what each costs in FLOPs.
+_ATTN_NAMES = ("attn_proj", train_attention.RESIDUAL_NAME)
 REMAT_POLICIES = {
     "nothing": None,  # save only block inputs, recompute everything else
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
+    "attn": jax.checkpoint_policies.save_only_these_names(*_ATTN_NAMES),
+    "mlp": jax.checkpoint_policies.save_only_these_names("mlp_proj"),
+    "dots": jax.checkpoint_policies.save_only_these_names(*_ATTN_NAMES, "mlp_proj"),
 }
+_name = checkpoint_name
 
 
 class Linear(nnx.Linear):
@@ -116,7 +125,7 @@ class Attention(nnx.Module):
         rotated to positions [B, T]."""
         cfg = self.cfg
         b, t = x.shape[0], x.shape[1] if x.ndim == 3 else 1
-        q, k, v = kvc.linears((self.q_proj, self.k_proj, self.v_proj), x, kernel_t)
+        q, k, v = (_name(y, "attn_proj") for y in kvc.linears((self.q_proj, self.k_proj, self.v_proj), x, kernel_t))
         q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
         k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
@@ -150,7 +159,7 @@ class Attention(nnx.Module):
             opts = options or ForwardOptions()
             out = train_attention.causal_attention(q, k, v, segment_ids, impl=opts.attention, chunk=opts.query_chunk)
             new_cache = None
-        return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), new_cache
+        return _name(self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), "attn_proj"), new_cache
 
     def decode(
         self,
@@ -194,7 +203,8 @@ class MLP(nnx.Module):
         self.down_proj = _linear(cfg, f, e, ("mlp", "embed"), rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = _name(self.gate_proj(x), "mlp_proj"), _name(self.up_proj(x), "mlp_proj")
+        return _name(self.down_proj(jax.nn.silu(gate) * up), "mlp_proj")
 
     def decode(self, x: jax.Array, kernels: dict[str, jax.Array]) -> jax.Array:
         """The same function, from `DecodeLayouts` kernels where given."""
