@@ -387,8 +387,12 @@ def _paper(
             loss_agg="sample_mean_fixed",
             tis_temperature=0.6,
             entropy_coef=0.0,
+            # benchmarks/plan_memory.py: one 32K-token row per chip per micro-batch on a TPU v5p-64 (768 agent rows
+            # / 24 / 32 chips), where remat can keep the attention side ("attn": the attention is not run again);
+            # 8-GPU nodes hold 4 rows per GPU and need remat_policy=nothing
             remat=True,
-            grad_accum_steps=8,
+            remat_policy="attn",
+            grad_accum_steps=24,
         ),
     )
 
