@@ -49,7 +49,8 @@ TEST_WORKERS ?= 2
 test: install
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile --durations=25
 
-# The edit loop: every test not marked slow, on the same workers (a few minutes).
+# The edit loop, under 5 minutes: the tests that took under a second in the last full run, in files under a
+# minute, and not marked slow by hand (tests/conftest.py), on the same workers.
 test-fast: install
 	$(PY) -m pytest -q -ra -n $(TEST_WORKERS) --dist loadfile -m "not slow" --durations=10
 

@@ -8,7 +8,11 @@ and has to fit CI's budget, so:
   runs the tests start (`spade-jax selfplay`/`warmstart` read it as `SPADE_JAX_COMPILE_CACHE`); a user's own
   cache (~/.cache/spade-jax/xla) is never read or written by the tests;
 - files run longest first (`tests/durations.json`, seconds per file from a full run; a file missing from it runs
-  first), so that the two workers finish together instead of one waiting on the last long file.
+  first), so that the two workers finish together instead of one waiting on the last long file;
+- `make test-fast` (`-m "not slow"`) is the edit loop: besides the tests marked `slow` by hand, a test counts as
+  slow when it took `FAST_TEST_S` or more in the last full run, or sits in a file that took over `FAST_FILE_S` (its
+  module fixtures, a model or a pool, would land on whichever of its tests ran first). A new test counts as fast
+  until `scripts/test_durations.py` refreshes the file from a full run.
 """
 
 from __future__ import annotations
@@ -24,6 +28,8 @@ import pytest
 HERE = Path(__file__).resolve().parent
 DURATIONS = HERE / "durations.json"
 CACHE_ENV = "SPADE_JAX_TEST_XLA_CACHE"
+FAST_TEST_S = 1.0
+FAST_FILE_S = 60.0
 
 
 def _share_compile_cache() -> str | None:
@@ -50,15 +56,26 @@ def pytest_unconfigure(config: pytest.Config) -> None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
+def recorded_slow(nodeid: str, recorded: dict) -> bool:
+    """Whether the last full run (`tests/durations.json`) puts this test out of `make test-fast`."""
+    file = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
+    return recorded["tests"].get(nodeid, 0.0) >= FAST_TEST_S or recorded["files"].get(file, 0.0) > FAST_FILE_S
+
+
 def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Longest files first, each file's tests in their own order (every worker sorts alike: xdist requires it)."""
+    """Longest files first, each file's tests in their own order (every worker sorts alike: xdist requires it); the
+    slow ones of the last full run marked `slow`."""
     try:
-        seconds = json.loads(DURATIONS.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        recorded = json.loads(DURATIONS.read_text(encoding="utf-8"))
+        files, _ = recorded["files"], recorded["tests"]  # both parts, or neither is used
+    except (OSError, ValueError, KeyError, TypeError):
         return
-    unknown = max(seconds.values(), default=0) + 1
+    for item in items:
+        if recorded_slow(item.nodeid, recorded):
+            item.add_marker(pytest.mark.slow)
+    unknown = max(files.values(), default=0) + 1
     order = {item: i for i, item in enumerate(items)}
-    items.sort(key=lambda it: (-seconds.get(Path(str(it.fspath)).name, unknown), str(it.fspath), order[it]))
+    items.sort(key=lambda it: (-files.get(it.path.name, unknown), str(it.path), order[it]))
 
 
 @pytest.fixture(scope="module")

@@ -112,8 +112,9 @@ def test_slurm_dry_run_script_runs_one_process_per_task(fake_bin, tmp_path: Path
     for directive in ("--nodes=2", f"--ntasks-per-node={tasks}", "--gpus-per-node=4", "--partition=h100"):
         assert f"#SBATCH {directive}\n" in out
     assert out.rstrip().endswith(f"sbatch {run_dir / 'job.sbatch'}")
-    # the demo's pool: 4 sandboxes of 8 x 512 + 64 + 384 MB each, one CPU each, and the JAX process's 4 CPUs, 32 GB
-    assert "#SBATCH --cpus-per-task=8\n" in out and f"#SBATCH --mem={(4 * 4544 + 32 * 1024) * tasks}M\n" in out
+    # the demo's pool: 4 sandboxes, one CPU each, of 8 sessions x (512 MB + a 64 MB private /tmp + 1) + the worker's
+    # 64 MB /tmp + 384 MB each, and the JAX process's 4 CPUs, 32 GB
+    assert "#SBATCH --cpus-per-task=8\n" in out and f"#SBATCH --mem={(4 * 5064 + 32 * 1024) * tasks}M\n" in out
     assert "#SBATCH --requeue\n" in out and "#SBATCH --open-mode=append\n" in out
     no_resume = _launch("slurm", [a for a in args if a != "--resume"] + ["--dry-run"], env)
     assert "--resume-if-exists loop.steps=200" in no_resume  # requeued, the job resumes; the first time it starts

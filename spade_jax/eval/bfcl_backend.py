@@ -32,6 +32,14 @@ _MODULES = (
 _PLACEHOLDER = "_SOURCES: dict[str, str] = {}"
 
 
+def _without_unused_subprocess(text: str) -> str:
+    """A backend module's text without an `import subprocess` it never uses (gorilla_file_system's): the sandbox
+    refuses that import, and the module runs no process."""
+    if "subprocess." in text:
+        return text
+    return "\n".join("" if line.strip() == "import subprocess" else line for line in text.split("\n"))
+
+
 @lru_cache(maxsize=1)
 def backend_source() -> str:
     """The sandbox environment source: our driver with BFCL's backend modules embedded."""
@@ -41,7 +49,7 @@ def backend_source() -> str:
         path = code_dir / f"{short}.py"
         if not path.is_file():
             raise FileNotFoundError(f"BFCL backend {path} is missing (bfcl-eval version changed?)")
-        sources[short] = path.read_text(encoding="utf-8")
+        sources[short] = _without_unused_subprocess(path.read_text(encoding="utf-8"))
     driver = _DRIVER.read_text(encoding="utf-8")
     if driver.count(_PLACEHOLDER) != 1:
         raise RuntimeError("bfcl_sandbox_env.py lost its _SOURCES placeholder")
@@ -68,7 +76,9 @@ class BfclSession:
             "involved_classes": item.involved_classes,
             "long_context": item.long_context,
         }
-        self.session = runner.open(backend_source(), env_kwargs=kwargs)
+        # the backend is our trusted runner: it compiles the model's calls to run them against BFCL's classes
+        # (allow_exec); the sandbox's other rules hold for what it runs
+        self.session = runner.open(backend_source(), env_kwargs=kwargs, allow_exec=True)
         load = getattr(self.session, "load_result", None)
         if load is not None and not load.ok:
             raise BfclError(f"load: {load.error}: {load.message}")
