@@ -432,6 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--band", default="0.2,0.8", help="the win-rate band (lo,hi); default the paper's learnable band")
     ap.add_argument("--curriculum", action="store_true", help="the agent trains too (the curriculum experiment)")
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    ap.add_argument("--resume", action="store_true", help="go on with an interrupted experiment in --out")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=2e-5")
     args = ap.parse_args(argv)
     try:
@@ -464,7 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     band = (lo, hi)
 
-    dirs, start, walls = _runs(cfg, control_cfg, out, console)
+    dirs, start, walls = _runs(cfg, control_cfg, out, console, resume=args.resume)
     rounds = {}
     for name, d in dirs.items():
         mem = Memory(d / "memory.sqlite")

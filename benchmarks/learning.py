@@ -360,27 +360,38 @@ def ratio_limit(control_rate: float | None) -> str:
 
 
 # --------------------------------------------------------------------------------------------------- main
-def _runs(cfg: Any, control_cfg: Any, out: Path, console: Any) -> tuple[dict[str, Path], Path | None, dict]:
-    """Runs trained and control (after one shared warm start, when the config has one)."""
+def _runs(
+    cfg: Any, control_cfg: Any, out: Path, console: Any, resume: bool = False
+) -> tuple[dict[str, Path], Path | None, dict]:
+    """Runs trained and control (after one shared warm start, when the config has one). With resume, an interrupted
+    experiment in `out` goes on: a finished warm start is kept, each run continues from its last checkpoint, and the
+    final evaluation starts afresh."""
     from spade_jax.run.loop import run
 
     dirs = {"trained": out / "trained", "control": out / "control"}
-    for d in (*dirs.values(), out / "start", out / "eval"):
-        if d.exists():
-            raise SystemExit(f"{d} exists: choose a fresh --out")
+    if resume:
+        if not (out / "start" / "checkpoints").is_dir() and cfg.loop.warmstart:
+            raise SystemExit(f"{out}/start holds no finished warm start: nothing to resume, choose a fresh --out")
+        shutil.rmtree(out / "eval", ignore_errors=True)
+    else:
+        for d in (*dirs.values(), out / "start", out / "eval"):
+            if d.exists():
+                raise SystemExit(f"{d} exists: choose a fresh --out, or --resume")
     walls: dict[str, float] = {}
     start = None
     if cfg.loop.warmstart:
         start = out / "start"
         t0 = time.perf_counter()
-        run(dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, steps=0)), start, console=console)
+        if not resume:
+            run(dataclasses.replace(cfg, loop=dataclasses.replace(cfg.loop, steps=0)), start, console=console)
         walls["warmstart_s"] = time.perf_counter() - t0
         for d in dirs.values():
-            shutil.copytree(start, d)
+            if not d.exists():
+                shutil.copytree(start, d)
     for name, c in (("trained", cfg), ("control", control_cfg)):
         console.rule(f"{name} run (learner.lr={c.learner.lr:g})")
         t0 = time.perf_counter()
-        run(c, dirs[name], resume=start is not None, console=console)
+        run(c, dirs[name], resume=start is not None or dirs[name].joinpath("checkpoints").is_dir(), console=console)
         walls[f"{name}_s"] = time.perf_counter() - t0
         gc.collect()
     return dirs, start, walls
@@ -407,6 +418,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eval-designs", type=int, default=8,
                     help="designs each final designer writes from the same prompts and seeds (0: none)")  # fmt: skip
     ap.add_argument("--bootstrap", type=int, default=2000, help="bootstrap resamples")
+    ap.add_argument("--resume", action="store_true", help="go on with an interrupted experiment in --out")
     ap.add_argument("overrides", nargs="*", metavar="KEY=VALUE", help="config overrides, e.g. learner.lr=1e-5")
     args = ap.parse_args(argv)
     if args.no_heldout_seeds and not args.eval_family:
@@ -432,7 +444,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out).absolute()
     out.mkdir(parents=True, exist_ok=True)
 
-    dirs, start, walls = _runs(cfg, control_cfg, out, console)
+    dirs, start, walls = _runs(cfg, control_cfg, out, console, resume=args.resume)
     console.rule("final held-out evaluation")
     family = tuple(n for n in args.eval_family.split(",") if n)
     played = played_knobs([d / "memory.sqlite" for d in dirs.values()], family)

@@ -167,7 +167,7 @@ def main() -> int:
     bw = copy_bandwidth()
     from spade_jax.infra import malloc
 
-    kind = "heap-keeping GLIBC_TUNABLES" if malloc.applied() else "system default"
+    kind = "our GLIBC_TUNABLES" if malloc.applied() else "system default"
     print(f"copy bandwidth (read+write): {bw / 1e9:.1f} GB/s, {os.cpu_count()} CPUs, malloc: {kind}", flush=True)
     results = []
     if not args.skip_hf:
@@ -220,5 +220,5 @@ def main() -> int:
 if __name__ == "__main__":
     from spade_jax.infra import malloc
 
-    malloc.reexec_with_tunables()  # both peers run with the same heap-keeping malloc settings (see the module)
+    malloc.reexec_with_tunables()  # both peers run with the same malloc settings (see the module)
     sys.exit(main())

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     from spade_jax.infra import malloc
 
-    console.print(f"malloc: {'heap-keeping GLIBC_TUNABLES' if malloc.applied() else 'system default'} (both sides)")
+    console.print(f"malloc: {'our GLIBC_TUNABLES' if malloc.applied() else 'system default'} (both sides)")
     steppers = {}
     if not args.no_torch:  # torch first: it reads the initial weights, which the JAX learner then updates in place
         steppers["torch (transformers + AdamW)"] = _torch_stepper(cfg, model, batch, args)
@@ -186,5 +186,5 @@ def main(argv: list[str] | None = None) -> int:
 if __name__ == "__main__":
     from spade_jax.infra import malloc
 
-    malloc.reexec_with_tunables()  # both peers run with the same heap-keeping malloc settings (see the module)
+    malloc.reexec_with_tunables()  # both peers run with the same malloc settings (see the module)
     sys.exit(main())

@@ -1,5 +1,5 @@
-"""The heap-keeping malloc settings: the environment they add and the re-exec. Their effect on page faults
-depends on address-space layout, so it is measured in benchmarks/malloc_faults.py, not here."""
+"""Our malloc settings (huge pages for what malloc maps): the environment they add and the re-exec. Their effect on
+page faults depends on the kernel's huge-page setting, so it is measured in benchmarks/malloc_faults.py, not here."""
 
 from __future__ import annotations
 
@@ -23,11 +23,11 @@ def _clean_env(**extra: str) -> dict[str, str]:
 
 
 def test_tunables_env_adds_ours_and_keeps_the_callers():
-    env = malloc.tunables_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4:glibc.cpu.hwcaps=-AVX2", "X": "1"})
+    env = malloc.tunables_env({"GLIBC_TUNABLES": "glibc.cpu.hwcaps=-AVX2", "X": "1"})
     got = dict(kv.split("=", 1) for kv in env["GLIBC_TUNABLES"].split(":"))
-    assert got["glibc.malloc.arena_max"] == "4"  # the caller's value wins
-    assert got["glibc.cpu.hwcaps"] == "-AVX2"
-    assert got["glibc.malloc.mmap_max"] == "0" and env["X"] == "1"
+    assert got == {"glibc.cpu.hwcaps": "-AVX2", "glibc.malloc.hugetlb": "1"} and env["X"] == "1"
+    env = malloc.tunables_env({"GLIBC_TUNABLES": "glibc.malloc.hugetlb=0"})
+    assert env["GLIBC_TUNABLES"] == "glibc.malloc.hugetlb=0"  # the caller's value wins
 
 
 CHILD = """

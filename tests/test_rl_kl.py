@@ -128,6 +128,29 @@ def test_freeze_reference_copies_and_survives_donation():
     assert learner.train_step(_batch())["kl"] > 0
 
 
+def test_set_aside_frees_the_moments_and_fresh_optimizer_starts_anew():
+    """What the warm start does around its own SFT learner: the RL learner lets go of its Adam moments and
+    reference, then makes them as a new learner makes them, the reference at the params the SFT learner left; the
+    next step is the step a new learner would take from there."""
+    model = _model()
+    learner = Learner(model, LearnerConfig(lr=1e-2, kl_coef=0.1))
+    learner.train_step(_batch())
+    learner.set_aside()
+    assert learner.opt_state is None and not learner.has_reference
+    _perturb(model, seed=3)  # what the SFT learner does meanwhile
+    learner.fresh_optimizer()
+    twin_model = _model()
+    nnx.update(twin_model, jax.tree.map(lambda x: jnp.array(x, copy=True), nnx.state(model)))  # not aliased
+    twin = Learner(twin_model, LearnerConfig(lr=1e-2, kl_coef=0.1))
+    for a, b in zip(jax.tree.leaves(learner.opt_state), jax.tree.leaves(twin.opt_state), strict=True):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # zero moments, count 0
+    assert learner.has_reference
+    ma, mb = learner.train_step(_batch()), twin.train_step(_batch())
+    assert ma["kl"] == pytest.approx(0.0, abs=1e-9) and ma["loss"] == pytest.approx(mb["loss"], rel=1e-6)
+    flat = lambda m: np.concatenate([x.ravel() for x in _params(m)])  # noqa: E731
+    np.testing.assert_allclose(flat(model), flat(twin_model), rtol=1e-6, atol=1e-7)
+
+
 def test_reference_survives_a_checkpoint(tmp_path):
     cfg = LearnerConfig(lr=1e-2, kl_coef=0.1, micro_batch_size=2)
     batch = _batch()

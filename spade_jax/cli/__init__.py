@@ -59,7 +59,7 @@ def _version() -> str:
 
 def main(argv: list[str] | None = None) -> int:
     command_line = argv is None
-    if command_line:  # a real command line: restart with heap-keeping malloc settings first (spade_jax.infra.malloc)
+    if command_line:  # a real command line: restart with our malloc settings first (spade_jax.infra.malloc)
         malloc.reexec_with_tunables()
     argv = sys.argv[1:] if argv is None else argv
     for stream in (sys.stdout, sys.stderr):  # environment text a terminal's encoding lacks is shown escaped

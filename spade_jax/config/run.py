@@ -240,8 +240,9 @@ def _demo() -> RunConfig:
                 max_param_variants=6,
             ),
         ),
-        # Rows are a 1024-token play or a 2176-token design; 1e-5 moves a 135M model in a few steps.
-        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, length_buckets=(1024, 2176, 2560)),
+        # Rows are a 1024-token play or a 2176-token design; 1e-5 moves a 135M model in a few steps. Log-probs in
+        # chunks of 256 positions: each chunk's float32 logits are 256 x 49,152 (50 MB), not 200 MB (issue 49).
+        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, length_buckets=(1024, 2176, 2560), logits_chunk=256),
     )
 
 

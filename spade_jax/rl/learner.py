@@ -124,10 +124,9 @@ class Learner:
                 params = jax.device_put(params, param_shardings(params, mesh, self.rules))
             params, rest = self._to_mesh(params), self._to_mesh(rest)
             nnx.update(model, params, rest)
-        self.opt_state = self.tx.init(params)
+        self.opt_state = self._fresh_opt_state(params)
         jit_kw: dict[str, dict[str, Any]] = {"micro": {}, "apply": {}, "fused": {}}
         if mesh is not None:
-            self.opt_state = self._to_mesh(self.opt_state)
             param_sh = jax.tree.map(lambda x: x.sharding, params)
             opt_sh = jax.tree.map(lambda x: x.sharding, self.opt_state)
             rep = NamedSharding(mesh, P())
@@ -179,6 +178,22 @@ class Learner:
         if self.config.kl_coef > 0:
             params, _ = self._split()
             self._ref_params = jax.tree.map(lambda x: jax.device_put(x, x.sharding, may_alias=False), params)
+
+    def _fresh_opt_state(self, params: nnx.State) -> Any:
+        state = self.tx.init(params)
+        return state if self.mesh is None else self._to_mesh(state)
+
+    def set_aside(self) -> None:
+        """Frees the Adam moments and the KL reference while another learner trains the same model (the warm start's
+        SFT learner), so that two learners' moments (8 bytes a parameter each) are never held at once. Before this
+        learner's next step, `fresh_optimizer()`."""
+        self.opt_state = None
+        self._ref_params = None
+
+    def fresh_optimizer(self) -> None:
+        """New Adam moments and schedule count, and the current params as the KL reference (kl_coef > 0)."""
+        self.opt_state = self._fresh_opt_state(self._split()[0])
+        self.freeze_reference()
 
     @property
     def has_reference(self) -> bool:

@@ -196,20 +196,24 @@ def warm_start(cfg: WarmStartConfig, *, selfplay: SelfPlay, learner: Learner, sy
     # A learner of its own: SFT wants a larger step size than RL, and RL starts from fresh Adam moments
     # (and no KL reference of its own: kl_coef 0 keeps it from copying the params).
     rl = learner
+    rl.set_aside()  # its moments and reference are made afresh after: one learner's memory at a time
     sft_cfg = dataclasses.replace(rl.config, lr=cfg.lr, schedule="constant", warmup_steps=0, kl_coef=0.0)
     sft = Learner(rl.model, sft_cfg, mesh=rl.mesh, rules=rl.rules, role_names=rl.role_names)
     buckets = rl.config.length_buckets_for(max_len)
     losses = []
-    for _ in range(cfg.epochs):
-        rng.shuffle(samples)
-        for i in range(0, len(samples), cfg.batch_size):
-            batch = pack_sequences(samples[i : i + cfg.batch_size], length_buckets=buckets)
-            metrics = sft.sft_step(batch)
-            losses.append(float(metrics.get("loss", metrics.get("sft_loss", 0.0))))
-            if progress is not None:
-                progress.console.log(f"  warm start batch {len(losses)}: loss={losses[-1]:.3f}")
-    del sft
-    rl.freeze_reference()  # the KL reference (kl_coef > 0) is the policy RL starts from, after the warm start
+    try:
+        for _ in range(cfg.epochs):
+            rng.shuffle(samples)
+            for i in range(0, len(samples), cfg.batch_size):
+                batch = pack_sequences(samples[i : i + cfg.batch_size], length_buckets=buckets)
+                metrics = sft.sft_step(batch)
+                losses.append(float(metrics.get("loss", metrics.get("sft_loss", 0.0))))
+                if progress is not None:
+                    progress.console.log(f"  warm start batch {len(losses)}: loss={losses[-1]:.3f}")
+    finally:
+        sft.set_aside()  # its moments freed now (its compiled steps keep the object itself alive until a gc)
+        del sft
+        rl.fresh_optimizer()  # fresh moments, and the KL reference (kl_coef > 0) is the policy after the warm start
     sync()
     if cfg.probe_designs:
         figures["warmstart/valid_rate_after"] = valid_rate(sp, cfg.probe_designs, step=-1)
