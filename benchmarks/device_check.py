@@ -66,13 +66,12 @@ def decode_figures(name: str, batches: list[int], prompt: int, steps: int) -> li
     from flax import nnx
 
     from spade_jax.model.kv_cache import KVCache
-    from spade_jax.sampling import decode, sampling_fns
+    from spade_jax.sampling import decode
     from spade_jax.sampling.prefill import prefill
 
     cfg, model = _model(name, "bfloat16", "bfloat16")
     graphdef, state = nnx.split(model)
     cache_len = prompt + steps
-    mode = sampling_fns.mode_of(False, PAPER_SAMPLING["top_k"], PAPER_SAMPLING["top_p"])
     weight_bytes = sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
     kv_bytes_per_token = 2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2
 
@@ -84,7 +83,7 @@ def decode_figures(name: str, batches: list[int], prompt: int, steps: int) -> li
     @jax.jit
     def run_decode(st, cache, dstate, consts):
         return decode.decode_chunk(
-            nnx.merge(graphdef, st), cache, dstate, consts, steps, dstate.done.shape[0] + 1, mode=mode, width=steps
+            nnx.merge(graphdef, st), cache, dstate, consts, steps, dstate.done.shape[0] + 1, width=steps
         )
 
     out = []

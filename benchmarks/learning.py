@@ -216,9 +216,10 @@ def _params(learner: Any) -> list[np.ndarray]:
 
 def _load(parts: Any, ckpt_dir: Path) -> int:
     """Puts the latest checkpoint's parameters in `parts` (learner and sampler); returns its step."""
+    from spade_jax.model.layer_stack import LayerRelayout
     from spade_jax.rundir.checkpoints import Checkpointer
 
-    ckpt = Checkpointer(ckpt_dir, async_save=False)
+    ckpt = Checkpointer(ckpt_dir, async_save=False, relayout=LayerRelayout())  # runs saved before layers stacked
     try:
         state = parts.learner.get_state()
         trees, meta = ckpt.restore(None, {k: v for k, v in state.items() if k != "step"})

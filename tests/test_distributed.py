@@ -63,7 +63,7 @@ def _worker() -> None:
     checksums = {
         ".".join(map(str, p)): np.asarray(v[...].addressable_data(0)).tolist() for p, v in nnx.to_flat_state(stats)
     }
-    sample = learner.model.layers[0].attn.q_proj.kernel[...]
+    sample = learner.model.layers.attn.q_proj.kernel[...]  # every layer's (stacked)
 
     from spade_jax.infra.hosts import Hosts
     from spade_jax.model.placement import local_replica
@@ -71,7 +71,7 @@ def _worker() -> None:
     hosts = Hosts.current()  # each process maps its block of 5 items; both get all 5 back, in order
     mapped = hosts.map(list(range(5)), lambda block: [[x, jax.process_index(), "x" * 1000 * x] for x in block])
     replica = local_replica(learner.model, make_mesh({"data": -1}, devices=jax.local_devices()))
-    whole = np.asarray(replica.layers[0].attn.q_proj.kernel[...])  # the sampler's copy: whole on this process
+    whole = np.asarray(replica.layers.attn.q_proj.kernel[...])  # the sampler's copy: whole on this process
     out = {
         "process_index": jax.process_index(),
         "process_count": jax.process_count(),
@@ -84,7 +84,7 @@ def _worker() -> None:
         "checksums": checksums,
         "mapped": [[x, p, len(pad)] for x, p, pad in mapped],
         "replica_checksum": [float(whole.sum()), float((whole * whole).sum())],
-        "q_proj_checksum": checksums["layers.0.attn.q_proj.kernel"][:2],
+        "q_proj_checksum": checksums["layers.attn.q_proj.kernel"][:2],
     }
     print("RESULTS " + json.dumps(out), flush=True)
 

@@ -1,5 +1,7 @@
 """Orbax checkpoint of sharded params (8 simulated CPU devices, in a subprocess): restore gives bit-identical
-arrays in the same shardings; restoring onto another mesh or a single device reshards; a wrong config fails."""
+arrays in the same shardings; restoring onto another mesh or a single device reshards; a wrong config fails; a
+checkpoint in the per-layer block layout (what the code wrote before blocks were stacked) restores into the
+stacked model, and a stacked one into a per-layer model."""
 
 from __future__ import annotations
 
@@ -58,6 +60,28 @@ def _worker(tmp: str) -> None:
         out["mismatch_error"] = None
     except ValueError as e:
         out["mismatch_error"] = str(e)
+    # the per-layer layout: a model that keeps one module per layer writes it, as every checkpoint did before
+    flat_cfg = cfg.replace(scan_layers=False)
+    old_path = save_params(create_sharded(flat_cfg, mesh, 11), os.path.join(tmp, "per-layer"))
+    restored = restore_params(old_path, cfg, mesh=mesh)
+    got = flat(restored)
+    out["old_layout"] = {
+        "stacked": restored.scanned,
+        "identical": all(np.array_equal(np.asarray(before[k]), np.asarray(got[k])) for k in before),
+        "same_sharding": all(before[k].sharding == got[k].sharding for k in before),
+        "q_spec": [
+            a if a is None or isinstance(a, str) else list(a) for a in got["layers.attn.q_proj.kernel"].sharding.spec
+        ],  # fmt: skip
+    }
+    per_layer = restore_params(path, flat_cfg, mesh=mesh)
+    out["to_per_layer"] = {
+        "stacked": per_layer.scanned,
+        "identical": all(
+            np.array_equal(np.asarray(before[f"layers.{k}"])[i], np.asarray(v[...]))
+            for (i, *rest), v in nnx.to_flat_state(nnx.state(per_layer.layers))
+            for k in [".".join(map(str, rest))]
+        ),  # fmt: skip
+    }
     try:
         save_params(model, path)
         out["overwrite_error"] = None
@@ -84,7 +108,7 @@ def test_restore_same_mesh_is_identical_and_same_shardings(results: dict) -> Non
     r = results["same_mesh"]
     assert r["identical"] and r["same_sharding"]
     assert r["dtypes"] == ["bfloat16"]
-    assert r["sharded"] == 2 * 10 + 2  # per layer: q,k,v kernel+bias, o, 3 mlp; + embed, lm_head (norms replicated)
+    assert r["sharded"] == 10 + 2  # stacked block params q,k,v kernel+bias, o, 3 mlp; + embed, lm_head (norms not)
 
 
 def test_restore_reshards_onto_other_mesh_and_single_device(results: dict) -> None:
@@ -94,8 +118,15 @@ def test_restore_reshards_onto_other_mesh_and_single_device(results: dict) -> No
 
 def test_wrong_config_and_overwrite_fail_clearly(results: dict) -> None:
     msg = results["mismatch_error"]
-    assert msg and "\n" not in msg and "down_proj.kernel" in msg and "(128, 64)" in msg
+    assert msg and "\n" not in msg and "down_proj.kernel" in msg and "(2, 128, 64)" in msg
     assert results["overwrite_error"] and "already exists" in results["overwrite_error"]
+
+
+def test_per_layer_checkpoints_restore_into_the_stacked_model_and_back(results: dict) -> None:
+    r = results["old_layout"]
+    assert r["stacked"] and r["identical"] and r["same_sharding"]
+    assert r["q_spec"] == [None, "fsdp", "tensor"]  # the layer axis unsplit, embed over fsdp, heads over tensor
+    assert results["to_per_layer"] == {"stacked": False, "identical": True}
 
 
 if __name__ == "__main__" and "--worker" in sys.argv:

@@ -54,6 +54,22 @@ def test_moe_30b_expert_parallel_by_hand(pm) -> None:
     assert math.isclose(p.params / 4, p.total_params / 32, rel_tol=1e-3)
 
 
+def test_remat_policy_of_the_presets_is_what_fits_on_the_tpu_slice(pm) -> None:
+    """What each remat policy keeps, by hand for Qwen3-4B (36 layers, hidden 2560, 32 q / 8 kv heads of 128, MLP
+    9728), one 32K row per chip; the paper presets set the policy the plan picks there."""
+    p = pm.plan("qwen3-4b", _hw(pm, "TPU v5p"))
+    assert p.micro_rows == 1  # 768 agent rows / 24 accumulation steps / 32 chips
+    per_token = {"nothing": 2560}
+    per_token["attn"] = 2560 + 32 * 128 + 2 * 8 * 128 + 2560 + 32 * 128 + 2 * 32  # q k v o, attention out, lse
+    per_token["mlp"] = 2560 + 2 * 9728 + 2560
+    per_token["dots"] = per_token["attn"] + per_token["mlp"] - 2560
+    for policy, n in per_token.items():
+        assert p.saved_by_policy[policy] == 32768 * 36 * n * 2.0, policy  # bf16
+    for model in pm.MODELS:
+        plan = pm.plan(model, _hw(pm, "TPU v5p"))
+        assert plan.remat_fits == plan.remat_policy == "attn", model
+
+
 @pytest.mark.slow
 def test_docs_table_is_current(pm) -> None:
     doc = (ROOT / "docs" / "scaling.md").read_text()

@@ -185,6 +185,10 @@ def test_tis_weight_at_the_sampling_temperature():
     hot, tempered = log_softmax(logits)[np.arange(5), t[1:]], log_softmax(logits / 0.6)[np.arange(5), t[1:]]
     np.testing.assert_allclose(np.asarray(lp)[0, 1:], hot, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(np.asarray(cold)[0, 1:], tempered, rtol=1e-5, atol=1e-5)
+    # the same through the vocabulary walk (learner.vocab_chunk: 11 entries in chunks of 4, the last overlapping)
+    _, _, cold_v = token_logprobs(lambda h: h @ w, hidden, tokens, chunk_size=2, tempered_at=0.6,
+                                  head=(jnp.asarray(w), 1), vocab_chunk=4)  # fmt: skip
+    np.testing.assert_allclose(np.asarray(cold_v)[0, 1:], tempered, rtol=1e-5, atol=1e-5)
     mask = jnp.asarray([[0, 1, 1, 1, 1, 1]], jnp.float32)
     _, m = policy_loss(lp, lp, lp, jnp.ones((1, 6)), mask, tempered_logprobs=cold)
     expected = np.minimum(np.exp(hot - tempered), 2.0)

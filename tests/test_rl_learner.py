@@ -15,6 +15,7 @@ import pytest
 from flax import nnx
 
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.layer_stack import unstack_state
 from spade_jax.model.transformer import Transformer
 from spade_jax.rl.batch import Sample, pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
@@ -24,8 +25,8 @@ CFG = ModelConfig(vocab_size=40, hidden_size=32, intermediate_size=48, num_layer
                   head_dim=8, rms_norm_eps=1e-6)  # fmt: skip
 
 
-def _model(seed: int = 0) -> Transformer:
-    return Transformer(CFG, rngs=nnx.Rngs(seed))
+def _model(seed: int = 0, **overrides) -> Transformer:
+    return Transformer(CFG.replace(**overrides), rngs=nnx.Rngs(seed))
 
 
 def _samples(n: int = 6, seed: int = 0) -> list[Sample]:
@@ -47,7 +48,8 @@ def _samples(n: int = 6, seed: int = 0) -> list[Sample]:
 
 
 def _params(model) -> list[np.ndarray]:
-    return [np.asarray(x) for x in jax.tree.leaves(nnx.state(model, nnx.Param))]
+    """The parameters in the per-layer layout (a stacked model's unstacked), so both layouts compare leaf by leaf."""
+    return [np.asarray(x) for x in jax.tree.leaves(unstack_state(nnx.state(model, nnx.Param)))]
 
 
 def test_packed_logprobs_equal_unpacked_model_calls():
@@ -71,10 +73,10 @@ def test_packed_logprobs_equal_unpacked_model_calls():
 
 
 @pytest.mark.slow
-def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
-    import spade_jax.model.transformer as transformer
-
-    monkeypatch.setattr(transformer, "LOOP_BLOCK_ROWS", 2)  # so rows of 16 can take the looped path
+def test_accumulation_remat_and_chunking_give_the_same_step():
+    """One step of the scanned model, run every way the learner can (accumulation, remat, the flash attention
+    loop, vocabulary chunks), equals the unscanned model with the whole attention matrix and whole logits: same
+    metrics, same parameters after the update."""
     batch = pack_sequences(_samples(8, seed=1), length_buckets=(16,), batch_buckets=(4,), pack=False)
     batch = batch.replace(old_logprobs=batch.sampler_logprobs + 0.3 * np.sign(batch.advantages))  # make clipping bite
     base = dict(lr=1e-3, kl_coef=0.0)
@@ -82,28 +84,23 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
         "whole": LearnerConfig(**base, micro_batch_size=None, logits_chunk=0, attn_query_chunk=0),
         "accum": LearnerConfig(**base, micro_batch_size=2, logits_chunk=3),
         "remat": LearnerConfig(**base, grad_accum_steps=1, remat=True, remat_policy="dots", logits_chunk=4),
-        # causal attention blocks: 4 unrolled blocks of 4 query rows (small: their probabilities are kept);
-        # 16 blocks of 1 row are more than MAX_UNROLLED_BLOCKS, so they run as a loop of recomputed blocks of
-        # LOOP_BLOCK_ROWS
+        # the flash loop over 4 blocks of 4 rows, then 16 blocks of 1 row with remat and accumulation
         "qchunk": LearnerConfig(**base, micro_batch_size=None, logits_chunk=0, attn_query_chunk=4),
-        "qchunk-loop+remat": LearnerConfig(**base, micro_batch_size=2, remat=True, attn_query_chunk=1),
+        "qchunk+remat": LearnerConfig(**base, micro_batch_size=2, remat=True, attn_query_chunk=1),
+        # the vocabulary (40) in chunks of 16 (the last overlapping the one before), inside chunks of 5 positions
+        "vocab": LearnerConfig(**base, micro_batch_size=None, logits_chunk=5, vocab_chunk=16),
     }
     results = {}
+    reference = Learner(_model(scan_layers=False), configs["whole"], role_names=ROLE_NAMES)
+    results["unscanned"] = (reference.train_step(batch), _params(reference.model), reference)
     for name, cfg in configs.items():
         learner = Learner(_model(), cfg, role_names=ROLE_NAMES)
+        assert learner.model.scanned
         metrics = learner.train_step(batch)
         results[name] = (metrics, _params(learner.model), learner)
-    with monkeypatch.context() as patch:  # the unrolled blocks again, past the size where they are recomputed
-        patch.setattr(transformer, "REMAT_SCORE_BYTES", 0)
-        learner = Learner(_model(), configs["qchunk"], role_names=ROLE_NAMES)
-        metrics = learner.train_step(batch)
-        params, rest = learner._split()
-        traced = learner._fused.trace(params, rest, learner.opt_state, learner._put(batch), learner._norms(batch), "rl")
-        assert str(traced.jaxpr).count("remat") == CFG.num_layers * 16 // 4  # one per query block per layer
-        results["qchunk+remat"] = (metrics, _params(learner.model), learner)
-    m0, p0, _ = results["whole"]
+    m0, p0, _ = results["unscanned"]
     assert m0["clip_frac_low"] + m0["clip_frac_high"] > 0
-    for name in ("accum", "remat", "qchunk", "qchunk+remat", "qchunk-loop+remat"):
+    for name in configs:
         m, p, _ = results[name]
         for key in (
             "loss",
@@ -118,9 +115,9 @@ def test_accumulation_remat_and_chunking_give_the_same_step(monkeypatch):
         for a, b in zip(p, p0):
             np.testing.assert_allclose(a, b, atol=1e-6)
 
-    # remat really rematerialises: one remat region per block, plus one for the chunked log-softmax; small
-    # unrolled attention blocks have none (above: one per query block per layer once they are recomputed)
-    for name, want in (("remat", CFG.num_layers + 1), ("whole", 0), ("qchunk", 0)):
+    # remat really rematerialises: one remat region in the scan's body (every block), one for the chunked
+    # log-softmax; the flash attention loop has its own backward pass and needs none
+    for name, want in (("remat", 2), ("whole", 0), ("qchunk", 0)):
         learner = results[name][2]
         params, rest = learner._split()
         traced = learner._fused.trace(params, rest, learner.opt_state, learner._put(batch), learner._norms(batch), "rl")
@@ -172,8 +169,8 @@ def _hf_state(model) -> dict:
         "model.embed_tokens.weight": t(model.embed_tokens.embedding[...]),
         "model.norm.weight": t(model.norm.scale[...]),
     }
-    for i, layer in enumerate(model.layers):
-        pre = f"model.layers.{i}."
+    for i in range(CFG.num_layers):
+        layer, pre = model.layer(i), f"model.layers.{i}."
         for n in ("q", "k", "v", "o"):
             sd[pre + f"self_attn.{n}_proj.weight"] = t(getattr(layer.attn, f"{n}_proj").kernel[...].T)
         for n in ("gate", "up", "down"):

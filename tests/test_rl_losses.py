@@ -195,3 +195,36 @@ def test_pack_sequences_errors_and_buckets():
         pack_sequences([Sample([1], [2, 3], logprobs=[0.0])], length_buckets=(8,))
     with pytest.raises(ValueError, match="unknown sample keys"):
         pack_sequences([{"prompt": [1]}], length_buckets=(8,))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_vocabulary_chunks_give_the_same_logprobs_entropy_and_gradients(tied):
+    """`token_logprobs` over chunks of the vocabulary (its own backward pass) against the whole vocabulary: values
+    and gradients for the hidden states and the head, a tied table [V, E] and an untied kernel [E, V], chunks that
+    do not divide V (the last overlaps the one before), inside chunks of positions, with and without entropy."""
+    rng = np.random.default_rng(3)
+    b, t, e, v = 2, 13, 8, 300
+    hidden = jnp.asarray(rng.normal(size=(b, t, e)), jnp.float32)
+    tokens = jnp.asarray(rng.integers(0, v, (b, t)), jnp.int32)
+    head = jnp.asarray(rng.normal(size=(v, e) if tied else (e, v)), jnp.float32)
+    spec = "bte,ve->btv" if tied else "bte,ev->btv"
+    axis = 0 if tied else 1
+
+    def run(h, w, *, vocab_chunk, chunk_size, with_entropy):
+        lp, ent = token_logprobs(lambda x: jnp.einsum(spec, x, w), h, tokens, chunk_size=chunk_size,
+                                 with_entropy=with_entropy, head=(w, axis), vocab_chunk=vocab_chunk)  # fmt: skip
+        loss = jnp.sum(lp * jnp.arange(t)) + (jnp.sum(ent * 0.3) if with_entropy else 0.0)
+        return loss, (lp, ent)
+
+    def grad(**kw):
+        return jax.jit(jax.value_and_grad(lambda h, w: run(h, w, **kw), argnums=(0, 1), has_aux=True))(hidden, head)
+
+    for with_entropy in (True, False):
+        (_, want), g_want = grad(vocab_chunk=0, chunk_size=0, with_entropy=with_entropy)
+        for vocab_chunk, chunk_size in ((64, 0), (128, 5)):  # 300 = 4 x 64 + 44; 3 x 128 with overlap
+            (_, got), g_got = grad(vocab_chunk=vocab_chunk, chunk_size=chunk_size, with_entropy=with_entropy)
+            np.testing.assert_allclose(got[0], want[0], atol=2e-5)
+            if with_entropy:
+                np.testing.assert_allclose(got[1], want[1], atol=2e-5)
+            for a, c in zip(g_got, g_want):
+                np.testing.assert_allclose(a, c, atol=2e-4, rtol=1e-5)

@@ -224,7 +224,7 @@ def test_bfloat16_weights_decode_like_a_full_forward():
     """bfloat16 weights, float32 compute: decoding (one row alone, with the transposed batch-1 kernels, and a
     batch) gives the log-probs of a full forward pass, whose Linears make the same bfloat16 matmuls."""
     model, tok = make_model(seed=1, param_dtype="bfloat16", dtype="float32")
-    assert model.layers[0].mlp.up_proj.kernel[...].dtype == np.dtype("bfloat16")
+    assert model.layer(0).mlp.up_proj.kernel[...].dtype == np.dtype("bfloat16")
     # 1e-3: XLA:CPU picks its matmul kernels by shape and by the CPU (e.g. AVX-512 machines differ from AVX2 ones
     # by 3e-4 here), and a bfloat16 weight times a float32 activation is reduced in a kernel-dependent order; a
     # wrong cache column or position is off by 0.1 or more.
@@ -237,7 +237,7 @@ def test_qkv_bias_and_qk_norm_decode_like_a_full_forward(overrides):
     """The stacked batch-1 kernels split back into q, k, v with their own biases (qwen2) and norms (qwen3)."""
     model, tok = make_model(seed=2, **overrides)
     rng = np.random.default_rng(0)
-    for layer in model.layers:
+    for layer in [model.layers] if model.scanned else model.layers:  # stacked: one Block holds every layer's
         for lin in (layer.attn.q_proj, layer.attn.k_proj, layer.attn.v_proj):
             if lin.use_bias:
                 lin.bias[...] = rng.normal(0, 0.5, lin.bias.shape).astype(np.float32)

@@ -7,10 +7,20 @@ from dataclasses import dataclass
 
 from spade_jax.config.ranges import check_ranges
 
-__all__ = ["LOSS_AGGS", "REMAT_POLICY_NAMES", "ROLE_NORMS", "SCHEDULES", "LearnerConfig", "length_buckets_for"]
+__all__ = [
+    "ATTENTION_IMPLS",
+    "LOSS_AGGS",
+    "REMAT_POLICY_NAMES",
+    "ROLE_NORMS",
+    "SCHEDULES",
+    "LearnerConfig",
+    "length_buckets_for",
+]
 
 SCHEDULES = ("constant", "cosine", "linear")
-REMAT_POLICY_NAMES = ("nothing", "dots")  # rl/learner.py maps them to jax.checkpoint policies
+REMAT_POLICY_NAMES = ("nothing", "attn", "mlp", "dots")  # model/transformer.py REMAT_POLICIES: what remat keeps
+# training attention (model/train_attention.py): auto = cuDNN on GPU, splash on TPU, XLA blocks on CPU
+ATTENTION_IMPLS = ("auto", "xla", "cudnn", "splash")
 ROLE_NORMS = ("none", "std")  # per-role scaling of the group advantages (rl/advantages.py)
 # How per-token losses become the step's loss: "token_mean" = one mean over every trained token of the batch;
 # "sample_mean_fixed" = each sample's (or episode's) token mean, summed, divided by the fixed global batch
@@ -47,9 +57,13 @@ class LearnerConfig:
     micro_batch_size: int | None = None  # rows per micro-batch; None: derive from grad_accum_steps
     grad_accum_steps: int = 1  # used when micro_batch_size is None: micro = N / grad_accum_steps
     remat: bool = False  # rematerialise each transformer block in the backward pass
-    remat_policy: str = "nothing"  # nothing | dots
+    remat_policy: str = "nothing"  # one of REMAT_POLICY_NAMES (benchmarks/plan_memory.py: which fits)
     logits_chunk: int = 1024  # sequence positions per log-softmax chunk (0: no chunking)
-    attn_query_chunk: int = 128  # query rows per causal attention block, recomputed in the backward (0: whole)
+    # vocabulary entries per chunk inside a positions chunk (0: the whole vocabulary): set it where
+    # [rows, logits_chunk, V] float32 would not fit (benchmarks/plan_memory.py)
+    vocab_chunk: int = 0
+    attn_query_chunk: int = 128  # query rows (and keys) per block of the XLA causal attention (0: whole matrix)
+    attention: str = "auto"  # training attention implementation, one of ATTENTION_IMPLS
     clip_low: float = 0.2
     clip_high: float = 0.28
     is_cap: float = 2.0  # truncation C of the sampler->learner importance weight
@@ -79,6 +93,8 @@ class LearnerConfig:
             raise ValueError(f"loss_agg={self.loss_agg!r}; expected one of {LOSS_AGGS}")
         if self.schedule not in SCHEDULES:
             raise ValueError(f"schedule={self.schedule!r}; expected one of {SCHEDULES}")
+        if self.attention not in ATTENTION_IMPLS:
+            raise ValueError(f"attention={self.attention!r}; expected one of {ATTENTION_IMPLS}")
         if self.remat_policy not in REMAT_POLICY_NAMES:
             raise ValueError(f"remat_policy={self.remat_policy!r}; expected one of {REMAT_POLICY_NAMES}")
         if self.schedule != "constant" and self.total_steps <= self.warmup_steps:

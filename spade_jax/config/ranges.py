@@ -224,6 +224,7 @@ RANGES: dict[str, dict[str, Range]] = {
         "micro_batch_size": at_least(1, "none: the batch / grad_accum_steps", none_ok=True),
         "grad_accum_steps": COUNT,
         "logits_chunk": at_least(0, "0: no chunking"),
+        "vocab_chunk": at_least(0, "0: the whole vocabulary"),
         "attn_query_chunk": at_least(0, "0: no chunking"),
         "clip_low": between(0, 1, hi_open=True),
         "clip_high": OPTIONAL,

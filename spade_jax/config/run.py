@@ -242,7 +242,11 @@ def _demo() -> RunConfig:
         ),
         # Rows are a 1024-token play or a 2176-token design; 1e-5 moves a 135M model in a few steps. Log-probs in
         # chunks of 256 positions: each chunk's float32 logits are 256 x 49,152 (50 MB), not 200 MB (issue 49).
-        learner=LearnerConfig(lr=1e-5, micro_batch_size=1, length_buckets=(1024, 2176, 2560), logits_chunk=256),
+        # Remat: the backward recomputes each block, so the scan keeps one block's activations, not 30 (XLA's
+        # temporaries for a 2176-token row: 0.58 GB with remat, 4.75 GB without).
+        learner=LearnerConfig(
+            lr=1e-5, micro_batch_size=1, length_buckets=(1024, 2176, 2560), logits_chunk=256, remat=True
+        ),
     )
 
 
@@ -388,8 +392,12 @@ def _paper(
             loss_agg="sample_mean_fixed",
             tis_temperature=0.6,
             entropy_coef=0.0,
+            # benchmarks/plan_memory.py: one 32K-token row per chip per micro-batch on a TPU v5p-64 (768 agent rows
+            # / 24 / 32 chips), where remat can keep the attention side ("attn": the attention is not run again);
+            # 8-GPU nodes hold 4 rows per GPU and need remat_policy=nothing
             remat=True,
-            grad_accum_steps=8,
+            remat_policy="attn",
+            grad_accum_steps=24,
         ),
     )
 

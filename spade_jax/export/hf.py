@@ -47,11 +47,12 @@ def export_run(
     from flax import nnx
 
     from spade_jax.model.hf_io import save_hf_dir
+    from spade_jax.model.layer_stack import LayerRelayout
     from spade_jax.model.loading import load_model
     from spade_jax.rundir.checkpoints import Checkpointer
 
     model_cfg, model, tokenizer = load_model(cfg.model, param_dtype=cfg.param_dtype, dtype=cfg.dtype)
-    ckpt = Checkpointer(f"{root}/checkpoints", async_save=False)
+    ckpt = Checkpointer(f"{root}/checkpoints", async_save=False, relayout=LayerRelayout())  # either block layout
     try:
         step = ckpt.latest_step() if step is None else step
         params = nnx.state(model, nnx.Param)

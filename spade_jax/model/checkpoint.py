@@ -1,4 +1,8 @@
-"""Orbax checkpoints of model parameters, restored directly into their shardings on any mesh."""
+"""Orbax checkpoints of model parameters, restored directly into their shardings on any mesh.
+
+Parameters are saved in the model's own block layout (stacked for a scanned model); a checkpoint in the other
+layout (one written before blocks were stacked) restores too, converted on the way (`layer_stack.LayerRelayout`).
+"""
 
 from __future__ import annotations
 
@@ -10,6 +14,7 @@ from flax import nnx
 from jax.sharding import Mesh, SingleDeviceSharding
 
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.layer_stack import LayerRelayout
 from spade_jax.model.sharding import ShardingRules, param_shardings
 from spade_jax.model.transformer import Transformer
 
@@ -30,8 +35,9 @@ def save_params(model: nnx.Module, path: str | Path) -> Path:
 def restore_params(
     path: str | Path, cfg: ModelConfig, *, mesh: Mesh | None = None, rules: ShardingRules | None = None
 ) -> Transformer:
-    """Restores a Transformer saved by `save_params`; with a mesh each array lands in its rules' sharding,
-    without one on the default device. Shapes and dtypes come from `cfg` (a mismatch raises ValueError)."""
+    """Restores a Transformer saved by `save_params` (in either block layout); with a mesh each array lands in its
+    rules' sharding, without one on the default device. Shapes and dtypes come from `cfg` (a mismatch raises
+    ValueError)."""
     import orbax.checkpoint as ocp
 
     path = Path(path).absolute()
@@ -48,11 +54,17 @@ def restore_params(
         return jax.ShapeDtypeStruct(var.shape, var.dtype, sharding=sharding)
 
     abstract_arrays = jax.tree.map(target, abstract, shardings, is_leaf=lambda x: isinstance(x, nnx.Variable))
-    pure = nnx.to_pure_dict(abstract_arrays)
+    relayout = LayerRelayout()
     with ocp.StandardCheckpointer() as ckptr:
-        meta = ckptr.metadata(path)
-        _check_fits(path, getattr(meta, "item_metadata", meta), pure)
+        meta = getattr(ckptr.metadata(path), "item_metadata", None) or ckptr.metadata(path)
+        names = [str(getattr(m, "name", "")) for m in jax.tree.leaves(meta)]
+        stored = relayout.stored_template(abstract_arrays, names)
+        pure = nnx.to_pure_dict(abstract_arrays if stored is None else stored)
+        _check_fits(path, meta, pure)
         restored = ckptr.restore(path, pure)
+    if stored is not None:  # the other block layout: convert, then use the model's own
+        nnx.replace_by_pure_dict(stored, restored)
+        restored = nnx.to_pure_dict(relayout.restored(stored, abstract_arrays))
     nnx.replace_by_pure_dict(abstract, restored)
     return nnx.merge(graphdef, abstract)
 

@@ -81,6 +81,9 @@ class ModelConfig:
     norm_topk_prob: bool = False
     decoder_sparse_step: int = 1
     mlp_only_layers: tuple[int, ...] = ()
+    # Blocks stored stacked ([num_layers, ...] parameters) and run by one scan, so a forward compiles one block
+    # whatever the depth (see `scanned`); not a HF setting, never exported.
+    scan_layers: bool = True
     extra: dict[str, Any] = field(default_factory=dict, compare=False)  # unmapped HF keys, kept for export
 
     def __post_init__(self) -> None:
@@ -109,6 +112,12 @@ class ModelConfig:
             and i not in self.mlp_only_layers
             and (i + 1) % self.decoder_sparse_step == 0
         )
+
+    @property
+    def scanned(self) -> bool:
+        """Whether the model stacks its blocks: `scan_layers` and every layer of the same kind (a Qwen3-MoE config
+        whose dense and sparse layers mix keeps one module per layer)."""
+        return self.scan_layers and len({self.is_moe_layer(i) for i in range(self.num_layers)}) <= 1
 
     @property
     def jnp_param_dtype(self) -> Any:

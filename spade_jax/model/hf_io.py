@@ -18,6 +18,7 @@ from flax import nnx
 from jax.sharding import Mesh
 
 from spade_jax.model.config import ModelConfig
+from spade_jax.model.layer_stack import LAYERS, is_stacked
 from spade_jax.model.safetensors_io import read_safetensors, write_safetensors
 from spade_jax.model.sharding import ShardingRules, param_shardings
 from spade_jax.model.transformer import Transformer
@@ -36,6 +37,31 @@ def hf_name(path: tuple) -> tuple[str, bool]:
 
 
 _EXPERT_PROJS = ("gate_proj", "up_proj", "down_proj")
+
+
+def layer_path(path: tuple, i: int) -> tuple:
+    """A stacked block parameter's path with layer index i put after `layers` (the per-layer path HF names)."""
+    keys = [str(p) for p in path]
+    at = keys.index(LAYERS) + 1
+    return (*keys[:at], str(i), *keys[at:])
+
+
+class _StackedLayers:
+    """Our stacked [L, ...] block parameter as a lazy view over one source per layer (HF tensors, transposed
+    views of them, or `_StackedExperts`): slicing reads only the layers and rows asked for."""
+
+    def __init__(self, parts: list[Any]):
+        self.parts = parts
+        self.shape = (len(parts), *parts[0].shape)
+        self.dtype = np.dtype(parts[0].dtype)
+
+    def __getitem__(self, idx: tuple) -> np.ndarray:
+        idx = idx if isinstance(idx, tuple) else (idx,)
+        layers = range(len(self.parts))[idx[0]] if idx else range(len(self.parts))
+        return np.stack([np.asarray(self.parts[i][tuple(idx[1:])]) for i in layers])
+
+    def __array__(self, dtype=None, copy=None) -> np.ndarray:
+        return np.stack([np.asarray(part, dtype=dtype) for part in self.parts])
 
 
 def expert_param(path: tuple) -> tuple[str, str] | None:
@@ -117,25 +143,13 @@ def params_from_hf_state_dict(
     used: set[str] = set()
     leaves = []
     for path, var in flat:
-        expert = expert_param(path)
-        if expert is not None:
-            src = _expert_source(*expert, tuple(var.shape), tensors, used)
-            leaves.append((path, var.replace(_to_device(src, target, flat_sh.get(path)))))
-            continue
-        name, transposed = hf_name(path)
-        if name not in tensors:
-            hint = " (config says tie_word_embeddings=false)" if name == "lm_head.weight" else ""
-            raise ValueError(f"tensor {name} missing from the checkpoint{hint}")
-        src = tensors[name]
-        want = tuple(reversed(var.shape)) if transposed else tuple(var.shape)
-        if tuple(src.shape) != want:
-            raise ValueError(
-                f"tensor {name}: shape {tuple(src.shape)} in the checkpoint, expected {want} for this config"
-            )
-        used.add(name)
-        src = src.T if transposed else src
-        sharding = flat_sh.get(path)
-        leaves.append((path, var.replace(_to_device(src, target, sharding))))
+        if is_stacked(path):  # one source per layer, read lazily through a stacked view
+            per_layer = tuple(var.shape[1:])
+            parts = [_source(layer_path(path, i), per_layer, tensors, used) for i in range(var.shape[0])]
+            src = _StackedLayers(parts)
+        else:
+            src = _source(path, tuple(var.shape), tensors, used)
+        leaves.append((path, var.replace(_to_device(src, target, flat_sh.get(path)))))
     extra = [
         n
         for n in tensors
@@ -145,6 +159,24 @@ def params_from_hf_state_dict(
         more = f" (+{len(extra) - 5} more)" if len(extra) > 5 else ""
         raise ValueError(f"unexpected tensors for a {cfg.arch} config: {', '.join(sorted(extra)[:5])}{more}")
     return nnx.merge(graphdef, nnx.from_flat_state(leaves))
+
+
+def _source(path: tuple, shape: tuple, tensors: Mapping[str, np.ndarray], used: set[str]) -> Any:
+    """The checkpoint tensor(s) of the (per-layer) parameter at `path` of `shape`, in our layout; a ValueError
+    naming the HF tensor when it is missing or mis-shaped."""
+    expert = expert_param(path)
+    if expert is not None:
+        return _expert_source(*expert, shape, tensors, used)
+    name, transposed = hf_name(path)
+    if name not in tensors:
+        hint = " (config says tie_word_embeddings=false)" if name == "lm_head.weight" else ""
+        raise ValueError(f"tensor {name} missing from the checkpoint{hint}")
+    src = tensors[name]
+    want = tuple(reversed(shape)) if transposed else shape
+    if tuple(src.shape) != want:
+        raise ValueError(f"tensor {name}: shape {tuple(src.shape)} in the checkpoint, expected {want} for this config")
+    used.add(name)
+    return src.T if transposed else src
 
 
 def _to_device(src: np.ndarray, dtype: np.dtype, sharding: jax.sharding.Sharding | None) -> jax.Array:
@@ -245,30 +277,37 @@ class _HostTensor:
         return np.ascontiguousarray(host.T if self.transposed else host, dtype=dtype)
 
 
-class _ExpertHostTensor(_HostTensor):
-    """Expert j of a stacked [E, in, out] kernel, as HF's [out, in] tensor; sliced only when written."""
+class _SliceHostTensor(_HostTensor):
+    """stacked[index] ([in, out] or a norm vector: a layer's, or a layer's expert's, slice of a stacked parameter)
+    as HF's tensor; sliced only when written."""
 
-    def __init__(self, stacked: jax.Array, j: int):
-        self.stacked, self.j, self.transposed = stacked, j, True
-        self.shape = tuple(reversed(stacked.shape[1:]))
+    def __init__(self, stacked: jax.Array, index: tuple[int, ...], transposed: bool):
+        self.stacked, self.index, self.transposed = stacked, index, transposed
+        shape = tuple(stacked.shape[len(index) :])
+        self.shape = tuple(reversed(shape)) if transposed else shape
         self.dtype = np.dtype(stacked.dtype)
 
     @property
     def value(self) -> jax.Array:
-        return self.stacked[self.j]
+        return self.stacked[self.index]
 
 
 def hf_state_items(model: Transformer) -> list[tuple[str, Any]]:
     """(HF name, host-convertible tensor) pairs for the model's parameters, HF layout, in HF order."""
     items = []
     for path, var in nnx.to_flat_state(nnx.state(model, nnx.Param)):
-        expert = expert_param(path)
-        if expert is not None:  # stacked experts -> one tensor per expert, as HF checkpoints store them
-            prefix, proj = expert
-            items += [(f"{prefix}.{j}.{proj}.weight", _ExpertHostTensor(var[...], j)) for j in range(var.shape[0])]
-            continue
-        name, transposed = hf_name(path)
-        items.append((name, _HostTensor(var[...], transposed)))
+        value = var[...]
+        layers = range(value.shape[0]) if is_stacked(path) else [None]
+        for i in layers:
+            lpath, at = (path, ()) if i is None else (layer_path(path, i), (i,))
+            expert = expert_param(lpath)
+            if expert is not None:  # stacked experts -> one tensor per expert, as HF checkpoints store them
+                prefix, proj = expert
+                n = value.shape[len(at)]
+                items += [(f"{prefix}.{j}.{proj}.weight", _SliceHostTensor(value, (*at, j), True)) for j in range(n)]
+                continue
+            name, transposed = hf_name(lpath)
+            items.append((name, _HostTensor(value, transposed) if not at else _SliceHostTensor(value, at, transposed)))
     return sorted(items, key=lambda kv: kv[0])
 
 

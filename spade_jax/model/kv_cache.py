@@ -7,13 +7,14 @@ reads each cache slot once per decode step ([B, S, kv_heads, D] made it transpos
 keys as [.., S, D] cost ~20% more at batch 32 than [.., D, S]).
 
 `DecodeLayouts` holds optional CPU-fast copies of the weights for decoding (the tied head as [E, V], the
-projections as [out, in]); they change speed, not values.
+projections as [out, in], a stacked model's blocks per layer); they change speed, not values.
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+from typing import Any
 
 import flax.struct
 import jax
@@ -72,10 +73,13 @@ class DecodeLayouts:
     for batches of 2 or more rows; at batch 1 the embedding's own [V, E] is faster); `kernels` per layer the
     projections as [out, in] with q/k/v and gate/up stacked ("qkv", "o", "gate_up", "down"): XLA's
     matrix-vector code streams weights ~25% faster so (SmolLM2-135M, float32, CPU), and at batch 1 decoding
-    is bound by that stream. None: the model's own weights."""
+    is bound by that stream; `layers` a stacked model's blocks as per-layer copies (`nnx.State` each): XLA:CPU
+    copies a slice of a stacked weight on every step (decoding took 2x as long), so the sampler slices once per
+    weight update instead. None: the model's own weights."""
 
     head: jax.Array | None = None
     kernels: list[dict[str, jax.Array]] | None = None
+    layers: list[Any] | None = None
 
 
 def _scores(q: jax.Array, kc: jax.Array, valid: jax.Array, head_dim: int) -> jax.Array:

@@ -48,6 +48,7 @@ class ShardingRules:
         ("expert", "expert"),
         ("norm", None),
         ("head_dim", None),
+        ("layers", None),  # a stacked model's layer axis: every device holds every layer's shard (FSDP splits E)
     )
     activations: tuple[tuple[str, MeshAxes], ...] = (
         ("batch", ("data", "fsdp", "expert")),

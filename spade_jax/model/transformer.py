@@ -1,12 +1,21 @@
 """Flax NNX decoder-only transformer for the llama / qwen2 / qwen3 / qwen3-moe families, with an optional KV cache.
 
-The model owns every way it runs: the full forward (training: remat and attention chunking set as
-`ForwardOptions`), the cached forward (prefill) and the one-token step the sampler's decode loop calls
-(`Transformer.decode`, with optional CPU-fast weight layouts), all over one cache layout (`kv_cache.py`).
+The model owns every way it runs: the full forward (training: packed rows by segment ids, remat and attention
+set as `ForwardOptions`, attention in `train_attention.py`), the cached forward (prefill) and the one-token step
+the sampler's decode loop calls (`Transformer.decode`, with optional CPU-fast weight layouts), all over one cache
+layout (`kv_cache.py`).
 
-Parameter names mirror the HF modules (`layers[i].attn.q_proj.kernel` <-> `model.layers.i.self_attn.q_proj`),
-so import and export are a rename plus a transpose. Each parameter carries logical axis names in its
-`logical_axes` metadata; `spade_jax.model.sharding` maps them onto a device mesh.
+Blocks are stacked when the config allows (`ModelConfig.scanned`, the default): `layers` is then one `Block`
+whose parameters carry a leading [num_layers] axis (logical axis "layers"), and the forward without a cache is
+one `jax.lax.scan` over it, so its program holds one block whatever the depth (compile time stops growing with
+it). The cached forward and decoding run the blocks one by one, from per-layer views (`Transformer.blocks`);
+on XLA:CPU decoding reads per-layer copies made once per weight update (`DecodeLayouts.layers`), since a slice
+of a stacked weight is copied on every step there.
+
+Parameter names mirror the HF modules (`layers.attn.q_proj.kernel` [L, E, H*D] <-> `model.layers.{i}.self_attn.
+q_proj.weight`; unstacked `layers.i.attn.q_proj.kernel`), so import and export are a rename, a transpose and a
+slice (`hf_io.py`); `layer_stack.py` converts between the two layouts (old checkpoints). Each parameter carries
+logical axis names in its `logical_axes` metadata; `spade_jax.model.sharding` maps them onto a device mesh.
 """
 
 from __future__ import annotations
@@ -16,24 +25,32 @@ import dataclasses
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.ad_checkpoint import checkpoint_name
 
 from spade_jax.model import kv_cache as kvc
+from spade_jax.model import train_attention
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.kv_cache import DecodeLayouts, KVCache
 from spade_jax.model.moe import MoE
 from spade_jax.model.rope import apply_rope, inv_frequencies
 from spade_jax.model.sharding import constrain
+from spade_jax.model.train_attention import attention, scores_f32
 
-__all__ = ["DecodeLayouts", "ForwardOptions", "KVCache", "Transformer"]
+__all__ = ["DecodeLayouts", "ForwardOptions", "KVCache", "Transformer", "attention", "scores_f32"]
 
 _NEG_INF = kvc.NEG_INF
+# What a rematerialised block keeps for its backward pass (the rest is recomputed), by `checkpoint_name`:
+# "attn" the q, k, v, o projections and the attention kernel's output and log-sum-exp (H*D + 2*K*D + E + H*D + H
+# values per token: the attention is not run again), "mlp" gate, up and down (2*F + E), "dots" both.
+# benchmarks/plan_memory.py says which fits; benchmarks/kernels_learner.py what each costs in FLOPs.
+_ATTN_NAMES = ("attn_proj", train_attention.RESIDUAL_NAME)
 REMAT_POLICIES = {
     "nothing": None,  # save only block inputs, recompute everything else
-    "dots": jax.checkpoint_policies.dots_with_no_batch_dims_saveable,  # keep matmul outputs
+    "attn": jax.checkpoint_policies.save_only_these_names(*_ATTN_NAMES),
+    "mlp": jax.checkpoint_policies.save_only_these_names("mlp_proj"),
+    "dots": jax.checkpoint_policies.save_only_these_names(*_ATTN_NAMES, "mlp_proj"),
 }
-MAX_UNROLLED_BLOCKS = 8  # `block_attention`: more blocks than this run as a loop ...
-LOOP_BLOCK_ROWS = 512  # ... of blocks of at least this many query rows
-REMAT_SCORE_BYTES = 64 * 2**20  # unrolled blocks keep their probabilities for the backward up to this (per layer)
+_name = checkpoint_name
 
 
 class Linear(nnx.Linear):
@@ -108,7 +125,7 @@ class Attention(nnx.Module):
         rotated to positions [B, T]."""
         cfg = self.cfg
         b, t = x.shape[0], x.shape[1] if x.ndim == 3 else 1
-        q, k, v = kvc.linears((self.q_proj, self.k_proj, self.v_proj), x, kernel_t)
+        q, k, v = (_name(y, "attn_proj") for y in kvc.linears((self.q_proj, self.k_proj, self.v_proj), x, kernel_t))
         q = q.reshape(b, t, cfg.num_heads, cfg.head_dim)
         k = k.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
         v = v.reshape(b, t, cfg.num_kv_heads, cfg.head_dim)
@@ -122,13 +139,15 @@ class Attention(nnx.Module):
         self,
         x: jax.Array,
         positions: jax.Array,
-        mask: jax.Array,
+        mask: jax.Array | None,
         cache_kv: tuple[jax.Array, jax.Array] | None,
         cache_index: jax.Array | int,
-        query_chunk: int = 0,
+        options: ForwardOptions | None = None,
+        segment_ids: jax.Array | None = None,
     ) -> tuple[jax.Array, tuple[jax.Array, jax.Array] | None]:
-        """x [B, T, E] -> (output [B, T, E], updated (keys, values) or None). Without a cache, `query_chunk`
-        rows at a time (`block_attention`; 0: all at once)."""
+        """x [B, T, E] -> (output [B, T, E], updated (keys, values) or None). With a cache, attention follows
+        `mask` [B, T, S] over its slots; without one, it is causal within `segment_ids` [B, T] (None: one
+        segment per row), run as `options` say (`train_attention.causal_attention`)."""
         cfg = self.cfg
         b, t, _ = x.shape
         q, k, v = self._qkv(x, positions)
@@ -136,11 +155,11 @@ class Attention(nnx.Module):
         if cache_kv is not None:
             ck, cv = kvc.write(*cache_kv, k, v, cache_index)
             out, new_cache = cached_attention(q, ck, cv, mask), (ck, cv)
-        elif blocks_apply(t, query_chunk):
-            out, new_cache = block_attention(q, k, v, mask, query_chunk), None
         else:
-            out, new_cache = attention(q, k, v, mask), None
-        return self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), new_cache
+            opts = options or ForwardOptions()
+            out = train_attention.causal_attention(q, k, v, segment_ids, impl=opts.attention, chunk=opts.query_chunk)
+            new_cache = None
+        return _name(self.o_proj(out.reshape(b, t, cfg.num_heads * cfg.head_dim)), "attn_proj"), new_cache
 
     def decode(
         self,
@@ -164,24 +183,6 @@ class Attention(nnx.Module):
         return kvc.linears((self.o_proj,), out.reshape(b, cfg.num_heads * d), kernels.get("o"))[0], (kn, vn)
 
 
-def scores_f32(spec: str, q: jax.Array, k: jax.Array) -> jax.Array:
-    """`jnp.einsum(spec, q, k)` accumulating in float32. XLA:CPU has no bfloat16 x bfloat16 -> float32 dot for
-    some operand layouts (it fails at run time: "Unsupported element type for DotThunk"), so on CPU bfloat16
-    operands are widened first: the same values (a product of two bfloat16 numbers is exact in float32)."""
-    if jax.default_backend() == "cpu" and q.dtype == jnp.bfloat16:
-        q, k = q.astype(jnp.float32), k.astype(jnp.float32)
-    return jnp.einsum(spec, q, k, preferred_element_type=jnp.float32)
-
-
-def attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array) -> jax.Array:
-    """q [B, T, K, G, D] over k, v [B, S, K, D] where mask [B, T, S] allows -> [B, T, K, G, D]."""
-    scores = scores_f32("btkgd,bskd->bkgts", q, k)
-    scores = scores * (q.shape[-1] ** -0.5)
-    scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
-    probs = jax.nn.softmax(scores, axis=-1).astype(v.dtype)
-    return jnp.einsum("bkgts,bskd->btkgd", probs, v)
-
-
 def cached_attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax.Array) -> jax.Array:
     """`attention` over a cache in its own layout: keys [B, K, D, S], values [B, K, S, D]."""
     keys, values = keys.astype(q.dtype), values.astype(q.dtype)
@@ -190,60 +191,6 @@ def cached_attention(q: jax.Array, keys: jax.Array, values: jax.Array, mask: jax
     scores = jnp.where(mask[:, None, None, :, :], scores, _NEG_INF)
     probs = jax.nn.softmax(scores, axis=-1).astype(values.dtype)
     return jnp.einsum("bkgts,bksd->btkgd", probs, values)
-
-
-def blocks_apply(t: int, chunk: int) -> bool:
-    """Whether `block_attention` splits T query rows (a chunk shorter than T; any T: the rows are padded)."""
-    return 0 < chunk < t
-
-
-def block_rows(t: int, chunk: int) -> int:
-    """Query rows per block of `block_attention` for T rows: `chunk` when T needs at most MAX_UNROLLED_BLOCKS
-    of them (unrolled), else the largest multiple of `chunk` up to max(chunk, LOOP_BLOCK_ROWS) that divides
-    T padded to a multiple of `chunk` (looped); T itself when no split applies."""
-    if not blocks_apply(t, chunk):
-        return t
-    n = -(-t // chunk)
-    if n <= MAX_UNROLLED_BLOCKS:
-        return chunk
-    return chunk * max(k for k in range(1, max(1, LOOP_BLOCK_ROWS // chunk) + 1) if n % k == 0)
-
-
-def block_attention(q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, chunk: int) -> jax.Array:
-    """`attention` for a causal `mask`, `chunk` query rows at a time, so the whole score matrix never exists.
-    Up to MAX_UNROLLED_BLOCKS blocks are unrolled and attend only to keys up to their end (the rest are masked
-    anyway: about half the matrix is skipped); they keep their probabilities for the backward pass while these
-    total at most REMAT_SCORE_BYTES, and are recomputed in it past that. Longer rows run recomputed blocks of
-    `block_rows` over all keys in a loop, which bounds memory on every backend (XLA's CPU scheduler keeps
-    unrolled blocks' buffers alive together). Rows are padded to a multiple of `chunk` with fully masked
-    query rows, which are dropped from the output."""
-    b, t, heads = q.shape[0], q.shape[1], q.shape[2] * q.shape[3]
-    heads_major = lambda x: jnp.moveaxis(x, 1, -2)  # [B, T, ..., D] -> [B, ..., T, D]: batched matmul layout
-
-    def block(qb: jax.Array, kb: jax.Array, vb: jax.Array, mb: jax.Array) -> jax.Array:
-        scores = scores_f32("bkgtd,bksd->bkgts", qb, kb)
-        scores = jnp.where(mb[:, None, None], scores, _NEG_INF)
-        probs = jax.nn.softmax(scores, axis=-1).astype(vb.dtype)
-        return jnp.einsum("bkgts,bksd->bkgtd", probs, vb)
-
-    qh, kh, vh = heads_major(q * q.shape[-1] ** -0.5), heads_major(k), heads_major(v)  # scale the smaller side
-    tp = -(-t // chunk) * chunk
-    if tp > t:  # padded query rows attend to nothing (uniform over masked keys) and are sliced off below
-        qh = jnp.pad(qh, [(0, 0)] * (qh.ndim - 2) + [(0, tp - t), (0, 0)])
-        mask = jnp.pad(mask, [(0, 0), (0, tp - t), (0, 0)])
-    rows = block_rows(t, chunk)
-    if rows == chunk and tp // chunk <= MAX_UNROLLED_BLOCKS:
-        unrolled_bytes = 4 * b * heads * chunk * sum(min(s + chunk, t) for s in range(0, tp, chunk))
-        block = block if unrolled_bytes <= REMAT_SCORE_BYTES else jax.checkpoint(block)
-        outs = [block(qh[..., s : s + chunk, :], kh[..., : s + chunk, :], vh[..., : s + chunk, :],
-                      mask[:, s : s + chunk, : s + chunk]) for s in range(0, tp, chunk)]  # fmt: skip
-        return jnp.moveaxis(jnp.concatenate(outs, axis=-2)[..., :t, :], -2, 1)
-    block = jax.checkpoint(block)  # a loop would otherwise stack every block's probabilities
-    n = tp // rows
-    qs = jnp.moveaxis(qh.reshape(*qh.shape[:-2], n, rows, qh.shape[-1]), -3, 0)  # [n, B, K, G, rows, D]
-    ms = jnp.moveaxis(mask.reshape(mask.shape[0], n, rows, t), 1, 0)
-    out = jax.lax.map(lambda qm: block(qm[0], kh, vh, qm[1]), (qs, ms))
-    return jnp.moveaxis(jnp.moveaxis(out, 0, -3).reshape(qh.shape)[..., :t, :], -2, 1)
 
 
 class MLP(nnx.Module):
@@ -256,7 +203,8 @@ class MLP(nnx.Module):
         self.down_proj = _linear(cfg, f, e, ("mlp", "embed"), rngs)
 
     def __call__(self, x: jax.Array) -> jax.Array:
-        return self.down_proj(jax.nn.silu(self.gate_proj(x)) * self.up_proj(x))
+        gate, up = _name(self.gate_proj(x), "mlp_proj"), _name(self.up_proj(x), "mlp_proj")
+        return _name(self.down_proj(jax.nn.silu(gate) * up), "mlp_proj")
 
     def decode(self, x: jax.Array, kernels: dict[str, jax.Array]) -> jax.Array:
         """The same function, from `DecodeLayouts` kernels where given."""
@@ -273,8 +221,9 @@ class Block(nnx.Module):
         self.post_attention_layernorm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         self.mlp = MoE(cfg, rngs) if cfg.is_moe_layer(layer_idx) else MLP(cfg, rngs)
 
-    def __call__(self, x, positions, mask, cache_kv, cache_index, query_chunk: int = 0):
-        h, new_cache = self.attn(self.input_layernorm(x), positions, mask, cache_kv, cache_index, query_chunk)
+    def __call__(self, x, positions, mask, cache_kv, cache_index, options=None, segment_ids=None):
+        """(x [B, T, E] through the block, updated cache layer or None): `Attention.__call__`'s arguments."""
+        h, new_cache = self.attn(self.input_layernorm(x), positions, mask, cache_kv, cache_index, options, segment_ids)
         x = x + h
         return x + self.mlp(self.post_attention_layernorm(x)), new_cache
 
@@ -299,18 +248,38 @@ class Block(nnx.Module):
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class ForwardOptions:
     """How the forward without a cache (training) runs: `remat` recomputes each block in the backward pass
-    (saving what `remat_policy` names, of REMAT_POLICIES); `query_chunk` query rows per causal attention block
-    (0: all at once). Values are unchanged; memory and time are not."""
+    (saving what `remat_policy` names, of REMAT_POLICIES); `query_chunk` query rows (and keys) per block of the
+    "xla" causal attention (0: the whole score matrix); `attention` the implementation (`train_attention.IMPLS`:
+    "auto" picks cuDNN on GPU, splash on TPU, the XLA blocks elsewhere). Values are unchanged up to float
+    rounding; memory and time are not."""
 
     remat: bool = False
     remat_policy: str = "nothing"
     query_chunk: int = 0
+    attention: str = "auto"
 
     def __post_init__(self):
         if self.remat_policy not in REMAT_POLICIES:
             raise ValueError(f"remat_policy={self.remat_policy!r}; expected one of {tuple(REMAT_POLICIES)}")
         if self.query_chunk < 0:
             raise ValueError(f"query_chunk={self.query_chunk} must be >= 0")
+        if self.attention not in train_attention.IMPLS:
+            raise ValueError(f"attention={self.attention!r}; expected one of {train_attention.IMPLS}")
+
+
+def stacked_blocks(cfg: ModelConfig, rngs: nnx.Rngs) -> Block:
+    """The model's blocks as one Block whose parameters have a leading [num_layers] axis (logical axis "layers").
+
+    The blocks are made one by one from `rngs`, exactly as the unstacked model makes them, then stacked: a seed
+    gives the same weights in both layouts (the tests compare them directly)."""
+    blocks = [Block(cfg, rngs, i) for i in range(cfg.num_layers)]
+    stacked = jax.tree.map(lambda *xs: jnp.stack(xs), *[nnx.state(b) for b in blocks])
+    out = blocks[0]
+    nnx.update(out, stacked)
+    for _, node in nnx.iter_graph(out):
+        if isinstance(node, nnx.Variable) and node.get_metadata().get("logical_axes") is not None:
+            node.set_metadata(logical_axes=("layers", *node.get_metadata()["logical_axes"]))
+    return out
 
 
 class Transformer(nnx.Module):
@@ -327,16 +296,39 @@ class Transformer(nnx.Module):
             embedding_metadata={"logical_axes": ("vocab", "embed")},
             rngs=rngs,
         )
-        self.layers = nnx.List([Block(cfg, rngs, i) for i in range(cfg.num_layers)])
+        if cfg.scanned:
+            self.layers = stacked_blocks(cfg, rngs)
+        else:
+            self.layers = nnx.List([Block(cfg, rngs, i) for i in range(cfg.num_layers)])
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps, cfg)
         if not cfg.tie_embeddings:
             self.lm_head = _linear(cfg, cfg.hidden_size, cfg.vocab_size, ("embed", "vocab"), rngs)
         self.options = ForwardOptions()
 
     def set_options(self, options: ForwardOptions) -> None:
-        """Sets how the forward without a cache runs (remat, attention chunking): the learner's choice. Static
-        module data, so jitted functions see a new graph (set it on the copy a traced function merges)."""
+        """Sets how the forward without a cache runs (remat, attention): the learner's choice. Static module
+        data, so jitted functions see a new graph (set it on the copy a traced function merges)."""
         self.options = options
+
+    @property
+    def scanned(self) -> bool:
+        """Whether `layers` is one stacked Block (see the module doc) rather than a list of them."""
+        return not isinstance(self.layers, nnx.List)
+
+    def blocks(self, layouts: DecodeLayouts | None = None) -> list[Block]:
+        """The blocks as modules, one per layer: the model's own when unstacked; else `layouts.layers`'
+        per-layer copies when given, or views of the stacked parameters' slices (inside jit, on XLA:CPU a
+        slice is a copy of the weights each time the program runs)."""
+        if not self.scanned:
+            return list(self.layers)
+        graphdef, state = nnx.split(self.layers)
+        if layouts is not None and layouts.layers is not None:
+            return [nnx.merge(graphdef, st) for st in layouts.layers]
+        return [nnx.merge(graphdef, jax.tree.map(lambda x, i=i: x[i], state)) for i in range(self.cfg.num_layers)]
+
+    def layer(self, i: int) -> Block:
+        """Block i as a module (for the stacked layout, a view of slice i: read it, do not update it)."""
+        return self.layers[i] if not self.scanned else self.blocks()[i]
 
     def __call__(
         self,
@@ -346,46 +338,68 @@ class Transformer(nnx.Module):
         cache: KVCache | None = None,
         cache_index: jax.Array | int = 0,
         attn_mask: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
         return_hidden: bool = False,
     ) -> tuple[jax.Array, KVCache | None]:
         """Runs T new tokens per row.
 
         tokens, positions: int32 [B, T]. With `cache`, the new keys/values are written at slots
-        [cache_index, cache_index + T) of every row and attention spans all S cache slots; without it,
-        attention spans the T tokens. attn_mask: bool [B, T, S] (or [B, T, T]), True = may attend;
-        defaults to causal over slots. Returns (logits float32 [B, T, V] or the final hidden states when
-        return_hidden, the updated cache or None).
+        [cache_index, cache_index + T) of every row and attention spans all S cache slots where attn_mask
+        (bool [B, T, S], True = may attend; default: causal over slots) allows. Without it, attention is causal
+        over the T tokens within `segment_ids` (int [B, T], packed rows: 1, 2, ... per sample, 0 on padding;
+        default: one segment), run as `self.options` say. Returns (logits float32 [B, T, V] or the final hidden
+        states when return_hidden, the updated cache or None).
         """
         b, t = tokens.shape
+        if cache is None and attn_mask is not None:
+            raise ValueError("attn_mask is for the forward with a cache; without one, pass segment_ids")
         if positions is None:
             positions = jnp.broadcast_to(jnp.arange(t, dtype=jnp.int32) + cache_index, (b, t))
-        if attn_mask is None:
-            s = cache.length if cache is not None else t
+        if cache is not None and attn_mask is None:
             q_slot = jnp.arange(t)[:, None] + cache_index
-            attn_mask = jnp.broadcast_to(jnp.arange(s)[None, :] <= q_slot, (b, t, s))
+            attn_mask = jnp.broadcast_to(jnp.arange(cache.length)[None, :] <= q_slot, (b, t, cache.length))
         residual = ("batch", "length", "embed")  # activation sharding; no-op without a mesh
         # FSDP: gather the table over its embed shards before the lookup (vocab stays split); no-op without a mesh.
         table = constrain(self.embed_tokens.embedding[...].astype(self.cfg.jnp_dtype), ("vocab", None))
         x = constrain(jnp.take(table, tokens, axis=0), residual)
-        opts = self.options if cache is None else ForwardOptions()
-        run = lambda blk, h, pos, m: blk(h, pos, m, None, 0, opts.query_chunk)[0]
-        remat = nnx.remat(run, policy=REMAT_POLICIES[opts.remat_policy]) if opts.remat else None
-        new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
-            if remat is not None:
-                x, kv = remat(layer, x, positions, attn_mask), None
-            else:
-                cache_kv = (cache.k[i], cache.v[i]) if cache is not None else None
-                x, kv = layer(x, positions, attn_mask, cache_kv, cache_index, opts.query_chunk)
-            x = constrain(x, residual)
-            if kv is not None:
-                new_k.append(kv[0])
-                new_v.append(kv[1])
+        new_cache = None
+        if cache is None:
+            x = self._blocks_forward(x, positions, segment_ids)
+        else:
+            new_k, new_v = [], []
+            for i, layer in enumerate(self.blocks()):
+                x, (k, v) = layer(x, positions, attn_mask, (cache.k[i], cache.v[i]), cache_index)
+                x = constrain(x, residual)
+                new_k.append(k)
+                new_v.append(v)
+            new_cache = KVCache(k=new_k, v=new_v)
         x = self.norm(x)
-        new_cache = KVCache(k=new_k, v=new_v) if cache is not None else None
         if return_hidden:
             return x, new_cache
         return self.logits(x), new_cache
+
+    def _blocks_forward(self, x: jax.Array, positions: jax.Array, segment_ids: jax.Array | None) -> jax.Array:
+        """Hidden states [B, T, E] through every block without a cache, as `self.options` say: one scan over the
+        stacked blocks (or a loop over the unstacked ones), each block under `jax.checkpoint` with the remat
+        policy when remat is on."""
+        opts = self.options
+        residual = ("batch", "length", "embed")
+
+        def run(layer: Block, h: jax.Array) -> jax.Array:
+            return constrain(layer(h, positions, None, None, 0, opts, segment_ids)[0], residual)
+
+        policy = REMAT_POLICIES[opts.remat_policy]
+        if not self.scanned:
+            step = nnx.remat(run, policy=policy) if opts.remat else run
+            for layer in self.layers:
+                x = step(layer, x)
+            return x
+        graphdef, state = nnx.split(self.layers)
+        body = lambda h, st: run(nnx.merge(graphdef, st), h)
+        if opts.remat:  # prevent_cse=False: a scan body needs no CSE barrier (jax.checkpoint's own advice)
+            body = jax.checkpoint(body, policy=policy, prevent_cse=False)
+        x, _ = jax.lax.scan(lambda h, st: (body(h, st), None), x, state)
+        return x
 
     def decode(
         self,
@@ -421,7 +435,7 @@ class Transformer(nnx.Module):
             own = jnp.arange(chunk.length, dtype=jnp.int32) <= chunk_index
             own = jnp.broadcast_to(own[None, :], (tokens.shape[0], chunk.length))
         new_k, new_v = [], []
-        for i, layer in enumerate(self.layers):
+        for i, layer in enumerate(self.blocks(layouts)):
             prior = None if chunk is None else (cache.k[i], cache.v[i], valid)
             kernels = layouts.kernels[i] if layouts.kernels is not None else {}
             x, (k, v) = layer.decode(x, positions, (into.k[i], into.v[i]), at, own, prior, kernels)
@@ -430,14 +444,26 @@ class Transformer(nnx.Module):
         logits = self.logits(self.norm(x), head=layouts.head)
         return constrain(logits, ("batch", "vocab")), KVCache(k=new_k, v=new_v)
 
-    def decode_layouts(self, *, head: bool = False, kernels: bool = False) -> DecodeLayouts:
+    def decode_layouts(self, *, head: bool = False, kernels: bool = False, layers: bool = False) -> DecodeLayouts:
         """CPU-fast weight copies for `decode` (see `DecodeLayouts`): the tied head as [E, V] (None when untied),
-        the projections as [out, in]. Made on device; they must be remade after a weight update."""
+        the projections as [out, in], and a stacked model's blocks as per-layer copies (None when unstacked).
+        Made on device; they must be remade after a weight update."""
         tied_head = head and self.cfg.tie_embeddings
+        per_layer = None
+        if layers and self.scanned:
+            per_layer = [nnx.state(block) for block in self.blocks()]
         return DecodeLayouts(
             head=constrain(self.embed_tokens.embedding[...].T, (None, "vocab")) if tied_head else None,
-            kernels=[layer.decode_kernels() for layer in self.layers] if kernels else None,
+            kernels=[layer.decode_kernels() for layer in self.blocks()] if kernels else None,
+            layers=per_layer,
         )
+
+    def head(self) -> tuple[jax.Array, int]:
+        """The output projection and its vocabulary axis: the tied embedding [V, E] (0) or the head's kernel
+        [E, V] (1); `logits` is hidden @ it (what `rl.losses.vocab_logprobs` walks in chunks)."""
+        if self.cfg.tie_embeddings:
+            return self.embed_tokens.embedding[...], 0
+        return self.lm_head.kernel[...], 1
 
     def logits(self, hidden: jax.Array, *, head: jax.Array | None = None) -> jax.Array:
         """Projects final hidden states [..., E] to float32 logits [..., V] (through `head` [E, V], the tied

@@ -21,13 +21,16 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from spade_jax.config.learner import REMAT_POLICY_NAMES, LearnerConfig
+from spade_jax.config.learner import ATTENTION_IMPLS, REMAT_POLICY_NAMES, LearnerConfig
+from spade_jax.model.layer_stack import logical_ndim
 from spade_jax.model.sharding import DEFAULT_RULES, ShardingRules, activation_sharding, param_shardings, use_rules
+from spade_jax.model.train_attention import IMPLS
 from spade_jax.model.transformer import REMAT_POLICIES, ForwardOptions
 from spade_jax.rl.batch import TrainBatch
 from spade_jax.rl.losses import cross_entropy_loss, policy_loss, token_logprobs
 
 assert tuple(REMAT_POLICIES) == REMAT_POLICY_NAMES
+assert IMPLS == ATTENTION_IMPLS
 
 
 def make_schedule(cfg: LearnerConfig) -> optax.Schedule:
@@ -44,20 +47,17 @@ def make_schedule(cfg: LearnerConfig) -> optax.Schedule:
 
 
 def make_optimizer(cfg: LearnerConfig) -> optax.GradientTransformation:
-    """Global-norm clipping then AdamW with the configured schedule."""
-    mask = None if cfg.decay_vectors else (lambda params: jax.tree.map(lambda x: x.ndim >= 2, params))
+    """Global-norm clipping then AdamW with the configured schedule. Unless `decay_vectors`, weight decay skips
+    parameters that are vectors per layer (norm scales, biases), a stacked model's [L, E] scales included."""
+    mask = None if cfg.decay_vectors else (lambda params: jax.tree_util.tree_map_with_path(_is_matrix, params))
     adamw = optax.adamw(
         make_schedule(cfg), b1=cfg.betas[0], b2=cfg.betas[1], eps=cfg.eps, weight_decay=cfg.weight_decay, mask=mask
     )
     return optax.chain(optax.clip_by_global_norm(cfg.grad_clip), adamw) if cfg.grad_clip > 0 else adamw
 
 
-def attention_mask(segment_ids: jax.Array) -> jax.Array:
-    """bool [B, T, T]: causal, within the same segment, never from or to padding (segment 0)."""
-    t = segment_ids.shape[1]
-    same = segment_ids[:, :, None] == segment_ids[:, None, :]
-    causal = jnp.arange(t)[:, None] >= jnp.arange(t)[None, :]
-    return same & causal[None] & (segment_ids[:, :, None] > 0)
+def _is_matrix(path: tuple, x: Any) -> bool:
+    return logical_ndim(path, x) >= 2
 
 
 def forward_hidden(
@@ -68,11 +68,12 @@ def forward_hidden(
     *,
     options: ForwardOptions | None = None,
 ) -> jax.Array:
-    """Final hidden states [B, T, E] of packed rows through the model's own forward, run as `options` say
-    (remat, attention chunking): set on `model`, so pass the copy a traced function merged."""
+    """Final hidden states [B, T, E] of packed rows through the model's own forward (causal within each segment,
+    never from or to padding, segment 0), run as `options` say (remat, attention): set on `model`, so pass the
+    copy a traced function merged."""
     if options is not None:
         model.set_options(options)
-    hidden, _ = model(tokens, positions, attn_mask=attention_mask(segment_ids), return_hidden=True)
+    hidden, _ = model(tokens, positions, segment_ids=segment_ids, return_hidden=True)
     return hidden
 
 
@@ -225,11 +226,13 @@ class Learner:
         """(log-probs, entropy or None, tempered log-probs or None) of every token (see `token_logprobs`)."""
         model = nnx.merge(self._graphdef, params, rest)
         cfg = self.config
-        options = ForwardOptions(remat=remat, remat_policy=cfg.remat_policy, query_chunk=cfg.attn_query_chunk)
+        options = ForwardOptions(remat=remat, remat_policy=cfg.remat_policy, query_chunk=cfg.attn_query_chunk,
+                                 attention=cfg.attention)  # fmt: skip
         hidden = forward_hidden(model, batch.tokens, batch.positions, batch.segment_ids, options=options)
         out = token_logprobs(
-            model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy, tempered_at=tempered
-        )
+            model.logits, hidden, batch.tokens, chunk_size=cfg.logits_chunk, with_entropy=entropy, tempered_at=tempered,
+            head=model.head() if cfg.vocab_chunk else None, vocab_chunk=cfg.vocab_chunk,
+        )  # fmt: skip
         predicted = (batch.positions > 0) & (batch.segment_ids > 0)  # segment starts have no prediction
         logp, ent, cold = out[0], out[1], (out[2] if tempered > 0 else None)
         return tuple(None if x is None else jnp.where(predicted, x, 0.0) for x in (logp, ent, cold))

@@ -6,14 +6,20 @@ token count of the whole batch as normalizer makes micro-batch losses (and metri
 full-batch ones. With `token_weights` (the reference's per-sample mean over a fixed batch: each token weighs
 1 / (its sample's tokens x the global batch)) the loss is sum(loss * mask * weight) instead, which adds up
 across micro-batches the same way.
+
+Log-probs come in chunks of positions (`token_logprobs`), and within them, for large vocabularies, in chunks of
+the vocabulary (`vocab_logprobs`, a custom VJP: an online log-sum-exp forward, a backward that recomputes one
+[positions, vocab chunk] block at a time), so a [rows, T, V] float32 array never exists.
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 Array = jax.Array
 
@@ -26,6 +32,8 @@ def token_logprobs(
     chunk_size: int = 0,
     with_entropy: bool = True,
     tempered_at: float = 0.0,
+    head: tuple[Array, int] | None = None,
+    vocab_chunk: int = 0,
 ) -> tuple[Array, ...]:
     """log p(tokens[:, t] | hidden[:, t-1]) for every t (0 at t=0), and the entropy of that distribution;
     with `tempered_at` T > 0 also log softmax(logits / T) at the token (no gradient: the sampler's log-prob at
@@ -33,12 +41,23 @@ def token_logprobs(
 
     logits_fn maps hidden states [B, c, E] to float32 logits [B, c, V]. With chunk_size > 0 the sequence is
     processed in chunks of that many positions under `jax.checkpoint`, so at most one chunk of [B, c, V]
-    logits is alive in the forward and backward passes (the full [B, T, V] never exists).
+    logits is alive in the forward and backward passes (the full [B, T, V] never exists). With `vocab_chunk`
+    > 0 and `head` = (the output projection, its vocabulary axis) the logits of a chunk are never whole either:
+    `vocab_logprobs` walks the vocabulary `vocab_chunk` entries at a time (same values up to float rounding).
     """
     b, t = tokens.shape
     h, tgt = hidden[:, :-1], tokens[:, 1:]
+    by_vocab = head is not None and 0 < vocab_chunk < head[0].shape[head[1]]
 
     def one(h_c: Array, tgt_c: Array) -> tuple[Array, Array, Array]:
+        if by_vocab:
+            lp, ent = vocab_logprobs(h_c, tgt_c, head[0], vocab_axis=head[1], chunk=vocab_chunk,
+                                     with_entropy=with_entropy)  # fmt: skip
+            lpt = jnp.zeros_like(lp)
+            if tempered_at > 0:
+                lpt = vocab_tempered_logprobs(h_c, tgt_c, head[0], vocab_axis=head[1], chunk=vocab_chunk,
+                                              temperature=tempered_at)  # fmt: skip
+            return lp, ent if with_entropy else jnp.zeros_like(lp), lpt
         logits = logits_fn(h_c).astype(jnp.float32)
         lse = jax.nn.logsumexp(logits, axis=-1)
         at = jnp.take_along_axis(logits, tgt_c[..., None], axis=-1)[..., 0]
@@ -63,7 +82,8 @@ def token_logprobs(
         tgt = jnp.pad(tgt, ((0, 0), (0, pad)))
         hc = h.reshape(b, chunks, chunk_size, h.shape[-1]).swapaxes(0, 1)
         tc = tgt.reshape(b, chunks, chunk_size).swapaxes(0, 1)
-        body = jax.checkpoint(lambda xs: one(*xs))
+        # the vocabulary walk keeps only per-position residuals: no recompute of the chunk is needed
+        body = (lambda xs: one(*xs)) if by_vocab else jax.checkpoint(lambda xs: one(*xs))
         lp, ent, lpt = jax.lax.map(body, (hc, tc))
         lp, ent, lpt = (x.swapaxes(0, 1).reshape(b, -1)[:, :n] for x in (lp, ent, lpt))
     zero = jnp.zeros((b, 1), jnp.float32)
@@ -72,6 +92,131 @@ def token_logprobs(
     if tempered_at > 0:
         return lp, ent, jnp.concatenate([zero, lpt], axis=1)
     return lp, ent
+
+
+def vocab_logprobs(
+    hidden: Array, targets: Array, weight: Array, *, vocab_axis: int, chunk: int, with_entropy: bool = True
+) -> tuple[Array, Array | None]:
+    """(log p(targets), entropy) of logits = hidden @ the output projection, `chunk` vocabulary entries at a time.
+
+    hidden [..., E], targets int [...]; weight [V, E] (vocab_axis 0: a tied embedding) or [E, V] (vocab_axis 1: an
+    untied head's kernel). Logits are float32, computed as `Transformer.logits` does (bfloat16 weights: a bfloat16
+    matmul accumulating in float32). Memory: one [N, chunk] float32 block at a time, forward and backward."""
+    lead = targets.shape
+    h = hidden.reshape(-1, hidden.shape[-1])
+    lp, ent = _vocab_logprobs(h, targets.reshape(-1), weight, vocab_axis, chunk, with_entropy)
+    return lp.reshape(lead), ent.reshape(lead) if with_entropy else None
+
+
+def vocab_tempered_logprobs(
+    hidden: Array, targets: Array, weight: Array, *, vocab_axis: int, chunk: int, temperature: float
+) -> Array:
+    """log softmax(logits / `temperature`) at `targets`, the logits of `vocab_logprobs` (the same float32 values,
+    then divided), `chunk` vocabulary entries at a time; no gradient (what `token_logprobs(tempered_at=T)` gives
+    on the vocabulary walk: the sampler's log-prob at its temperature, for the importance weight)."""
+    lead = targets.shape
+    h, tg, w = (jax.lax.stop_gradient(x) for x in (hidden.reshape(-1, hidden.shape[-1]), targets.reshape(-1), weight))
+    v = w.shape[vocab_axis]
+
+    def step(carry, xs):
+        m, s = carry  # running max and sum of exp(l / T - m)
+        cold = _chunk_logits(h, w, vocab_axis, xs[0], xs[1], chunk) / temperature
+        m_new = jnp.maximum(m, cold.max(-1))
+        return (m_new, s * jnp.exp(m - m_new) + jnp.exp(cold - m_new[:, None]).sum(-1)), None
+
+    n = h.shape[0]
+    init = (jnp.full((n,), -jnp.inf), jnp.zeros((n,), jnp.float32))
+    starts, los = _chunk_starts(v, chunk), np.arange(0, v, chunk).astype(np.int32)
+    (m, s), _ = jax.lax.scan(step, init, (starts, los))
+    lpt = _target_logits(h, tg, w, vocab_axis) / temperature - (m + jnp.log(s))
+    return lpt.reshape(lead)
+
+
+def _chunk_starts(v: int, chunk: int) -> np.ndarray:
+    """First vocabulary index of every chunk; the last chunk is moved back to end at V (it overlaps the one before:
+    the overlap is masked), so no chunk reads past the table and the table is never padded (copied)."""
+    return np.minimum(np.arange(0, v, chunk), v - chunk).astype(np.int32)
+
+
+def _chunk_logits(h: Array, weight: Array, vocab_axis: int, start: Array, lo: Array, chunk: int) -> Array:
+    """float32 logits [N, chunk] of vocabulary entries [start, start + chunk); -inf below `lo` (counted already)."""
+    w = jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=vocab_axis)
+    x = h.astype(w.dtype) if w.dtype == jnp.bfloat16 else h
+    spec = "ne,ve->nv" if vocab_axis == 0 else "ne,ev->nv"
+    logits = jnp.einsum(spec, x, w.astype(x.dtype), preferred_element_type=jnp.float32)
+    return jnp.where(start + jnp.arange(chunk) >= lo, logits, -jnp.inf)
+
+
+def _target_logits(h: Array, targets: Array, weight: Array, vocab_axis: int) -> Array:
+    rows = jnp.take(weight, targets, axis=vocab_axis)
+    rows = rows if vocab_axis == 0 else rows.T  # [N, E]
+    x = h.astype(rows.dtype) if rows.dtype == jnp.bfloat16 else h
+    return jnp.einsum("ne,ne->n", x, rows.astype(x.dtype), preferred_element_type=jnp.float32)
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3, 4, 5))
+def _vocab_logprobs(h, targets, weight, vocab_axis, chunk, with_entropy):
+    return _vocab_fwd(h, targets, weight, vocab_axis, chunk, with_entropy)[0]
+
+
+def _vocab_fwd(h, targets, weight, vocab_axis, chunk, with_entropy):
+    v = weight.shape[vocab_axis]
+    starts = _chunk_starts(v, chunk)
+    los = np.arange(0, v, chunk).astype(np.int32)  # where each chunk's new entries begin
+    n = h.shape[0]
+
+    def step(carry, xs):
+        m, s, s1 = carry  # running max, sum of exp(l - m), sum of exp(l - m) * l
+        logits = _chunk_logits(h, weight, vocab_axis, xs[0], xs[1], chunk)
+        m_new = jnp.maximum(m, logits.max(-1))
+        p = jnp.exp(logits - m_new[:, None])
+        scale = jnp.exp(m - m_new)
+        s1 = s1 * scale + jnp.sum(jnp.where(p > 0, p * logits, 0.0), -1) if with_entropy else s1
+        return (m_new, s * scale + p.sum(-1), s1), None
+
+    zeros = jnp.zeros((n,), jnp.float32)
+    (m, s, s1), _ = jax.lax.scan(step, (jnp.full((n,), -jnp.inf), zeros, zeros), (starts, los))
+    lse = m + jnp.log(s)
+    lp = _target_logits(h, targets, weight, vocab_axis) - lse
+    ent = lse - s1 / s if with_entropy else zeros
+    return (lp, ent), (h, targets, weight, lse, ent)
+
+
+def _vocab_bwd(vocab_axis, chunk, with_entropy, res, cot):
+    """d/dlogit_v of lp = onehot_v - p_v, of the entropy H = lse - E_p[l]: p_v (E_p[l] - l_v); so the logits'
+    cotangent is g = dlp (onehot - p) + dH p (E_p[l] - l), one chunk at a time: dh += g @ W_c, dW_c = g^T h."""
+    h, targets, weight, lse, ent = res
+    dlp, dent = cot
+    v = weight.shape[vocab_axis]
+    starts, los = _chunk_starts(v, chunk), np.arange(0, v, chunk).astype(np.int32)
+    mean_logit = lse - ent  # E_p[l]
+    wdt = jnp.float32
+
+    def step(carry, xs):
+        dh, dw = carry
+        start, lo = xs
+        logits = _chunk_logits(h, weight, vocab_axis, start, lo, chunk)
+        p = jnp.exp(logits - lse[:, None])
+        onehot = (start + jnp.arange(chunk))[None, :] == targets[:, None]
+        g = dlp[:, None] * (jnp.where(onehot & (start + jnp.arange(chunk) >= lo), 1.0, 0.0) - p)
+        if with_entropy:
+            g = g + dent[:, None] * jnp.where(p > 0, p * (mean_logit[:, None] - logits), 0.0)
+        w = jax.lax.dynamic_slice_in_dim(weight, start, chunk, axis=vocab_axis)
+        gx = g.astype(w.dtype) if w.dtype == jnp.bfloat16 else g
+        spec_h, spec_w = ("nv,ve->ne", "nv,ne->ve") if vocab_axis == 0 else ("nv,ev->ne", "nv,ne->ev")
+        dh = dh + jnp.einsum(spec_h, gx, w.astype(gx.dtype), preferred_element_type=jnp.float32)
+        dw_c = jnp.einsum(spec_w, gx, h.astype(gx.dtype), preferred_element_type=jnp.float32)
+        dw = jax.lax.dynamic_update_slice_in_dim(
+            dw, jax.lax.dynamic_slice_in_dim(dw, start, chunk, axis=vocab_axis) + dw_c, start, axis=vocab_axis
+        )
+        return (dh, dw), None
+
+    init = (jnp.zeros(h.shape, jnp.float32), jnp.zeros(weight.shape, wdt))
+    (dh, dw), _ = jax.lax.scan(step, init, (starts, los))
+    return dh.astype(h.dtype), None, dw.astype(weight.dtype)
+
+
+_vocab_logprobs.defvjp(_vocab_fwd, _vocab_bwd)
 
 
 def _masked_sum(x: Array, mask: Array) -> Array:

@@ -28,6 +28,7 @@ from spade_jax.infra import malloc
 from spade_jax.infra.compile_time import compile_seconds
 from spade_jax.infra.hosts import Hosts
 from spade_jax.infra.perf import step_perf
+from spade_jax.model.layer_stack import LayerRelayout
 from spade_jax.report import write_report
 from spade_jax.report.envs import report_envs
 from spade_jax.run.learn import BatchRule, band_stats, train_on
@@ -78,7 +79,7 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
         check_run_dir(run_dir, resume=resume)
     rd = open_run_dir(run_dir, host=hosts.index)
     ckpt = Checkpointer(rd.checkpoints, max_to_keep=cfg.loop.keep_checkpoints,
-                        async_save=cfg.loop.async_checkpoints)  # fmt: skip
+                        async_save=cfg.loop.async_checkpoints, relayout=LayerRelayout())  # fmt: skip
     if not resume and ckpt.latest_step() is not None:  # Orbax's own listing, before config.json is touched
         ckpt.close()
         raise RunDirError(f"{rd} already holds checkpoints; pass --resume or choose another --run-dir")

@@ -2,7 +2,8 @@
 
 The JSON record holds the step, RNG state, corpus iterator state, the environment-memory snapshot and the
 resolved config, so `--resume` continues exactly. Orbax only lists finished checkpoints, so a `kill -9`
-during an (async) save leaves the previous one as the latest.
+during an (async) save leaves the previous one as the latest. Trees are saved as given; a `Relayout` (given by
+the caller, e.g. the model's stacked-vs-per-layer blocks) lets a restore read a tree saved in another layout.
 """
 
 from __future__ import annotations
@@ -12,15 +13,27 @@ import logging
 import shutil
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import jax
 import orbax.checkpoint as ocp
 
 from spade_jax.rundir.paths import RunDirError, is_remote, set_aside_remote
 
-__all__ = ["Checkpointer", "RunDirError", "one_line", "set_aside"]
+__all__ = ["Checkpointer", "Relayout", "RunDirError", "one_line", "set_aside"]
+
+
+class Relayout(Protocol):
+    """A change in how a tree is laid out that a restore can undo (e.g. `model.layer_stack.LayerRelayout`)."""
+
+    def stored_template(self, template: Any, stored_names: Sequence[str]) -> Any | None:
+        """`template` (abstract: shapes, dtypes, shardings) laid out as the checkpoint stores it, judged from the
+        names of its stored arrays; None when `template` matches it already."""
+
+    def restored(self, tree: Any, template: Any) -> Any:
+        """A tree restored in the stored layout, converted to `template`'s (and its shardings)."""
 
 
 def _abstract(tree: Any) -> Any:
@@ -144,7 +157,10 @@ def _drop_stray_read_errors() -> None:
 class Checkpointer:
     """Saves and restores `{name: pytree}` plus a JSON `meta` dict under `directory/<step>/`."""
 
-    def __init__(self, directory: str | Path, *, max_to_keep: int = 2, async_save: bool = True):
+    def __init__(
+        self, directory: str | Path, *, max_to_keep: int = 2, async_save: bool = True, relayout: Relayout | None = None
+    ):
+        self.relayout = relayout
         if is_remote(directory):  # gs://: Orbax lists and commits through etils' epath, TensorStore writes
             from etils import epath
 
@@ -174,7 +190,13 @@ class Checkpointer:
         if step is None:
             raise FileNotFoundError(f"no finished checkpoint in {self.directory}")
         _drop_stray_read_errors()  # a damaged step's failed reads would print pages after the one error
-        args = {name: ocp.args.StandardRestore(_abstract(t)) for name, t in templates.items()}
+        abstract = {name: _abstract(t) for name, t in templates.items()}
+        stored = dict(abstract)
+        if self.relayout is not None:
+            for name, names in self._stored_names(step, list(templates)).items():
+                alt = self.relayout.stored_template(abstract[name], names)
+                stored[name] = abstract[name] if alt is None else alt
+        args = {name: ocp.args.StandardRestore(t) for name, t in stored.items()}
         args["meta"] = ocp.args.JsonRestore()
         try:
             out = self._manager.restore(step, args=ocp.args.Composite(**args))
@@ -183,7 +205,24 @@ class Checkpointer:
             gc.collect()  # the other reads' futures go now, through the filter, not at interpreter exit
             raise
         trees = {name: out[name] for name in templates}
+        for name in templates:
+            if stored[name] is not abstract[name]:
+                trees[name] = self.relayout.restored(trees[name], abstract[name])
         return trees, dict(out["meta"])
+
+    def _stored_names(self, step: int, items: list[str]) -> dict[str, list[str]]:
+        """The dotted names of the arrays each item holds in checkpoint `step` (read from the item's own metadata:
+        a manager that has not saved this item yet knows no handler for it)."""
+        out = {}
+        reader = ocp.StandardCheckpointHandler()
+        try:
+            for name in items:
+                item = self.directory / str(step) / name
+                tree = reader.metadata(item) if item.exists() else None
+                out[name] = [str(getattr(m, "name", "")) for m in jax.tree.leaves(tree)] if tree is not None else []
+        finally:
+            reader.close()
+        return out
 
     def restore_meta(self, step: int | None = None) -> dict[str, Any]:
         step = self.latest_step() if step is None else step

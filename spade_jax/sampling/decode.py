@@ -87,7 +87,6 @@ def decode_chunk(
     n_steps,
     exit_done,
     *,
-    mode: str,
     width: int,
     layouts: DecodeLayouts | None = None,
 ):
@@ -117,10 +116,8 @@ def decode_chunk(
 
     def body(carry):
         i, chunk, st, out_tok, out_lp, out_raw = carry
-        u = None if mode == "greedy" else _uniforms(consts.keys, st.generated)
-        tok, lp, raw = sampling_fns.pick(
-            mode, st.logits, u, consts.temperature, consts.top_k, consts.top_p, consts.greedy
-        )
+        u = _uniforms(consts.keys, st.generated)
+        tok, lp, raw = sampling_fns.pick(st.logits, u, consts.temperature, consts.top_k, consts.top_p, consts.greedy)
         live = ~st.done
         tok = jnp.where(live, tok, -1)
         out_tok = jax.lax.dynamic_update_slice(out_tok, tok[:, None], (0, i))

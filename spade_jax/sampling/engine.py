@@ -396,7 +396,6 @@ class DecodeEngine:
             exit_done = min(b, int(rows.done.sum()) + max(1, min(len(self.queue) + expect, b // 8)))
         elif eager:  # their owners follow them with new requests: hand them back as soon as a few are done
             exit_done = min(b, int(rows.done.sum()) + max(1, b // 16))
-        mode = rows.mode()
         state = rows.state(rt.put_rows, rt.put, self.logits, self.column)
         consts = rows.consts(rt.put_rows)
         layouts = rt.layouts(b)
@@ -404,10 +403,9 @@ class DecodeEngine:
 
         def fn(params, layouts, cache, state, consts, n_steps, exit_done):
             model = rt.model(params)
-            return dec.decode_chunk(model, cache, state, consts, n_steps, exit_done, mode=mode, width=width,
-                                    layouts=layouts)  # fmt: skip
+            return dec.decode_chunk(model, cache, state, consts, n_steps, exit_done, width=width, layouts=layouts)
 
-        key = ("decode", b, self.cache.length, mode, width)
+        key = ("decode", b, self.cache.length, width)
         args = (rt.state, layouts, self.cache, state, consts, rt.put(np.int32(n_steps)), rt.put(np.int32(exit_done)))
         self.cache, state, toks, lps, raws = rt.run(key, fn, args, donate=(2, 3))
         self.logits = state.logits

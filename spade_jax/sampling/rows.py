@@ -15,7 +15,6 @@ import numpy as np
 from spade_jax.sampling import decode as dec
 from spade_jax.sampling import stops
 from spade_jax.sampling.requests import Request
-from spade_jax.sampling.sampling_fns import mode_of_rows
 
 _SETTINGS = ("pad_len", "budget", "budget_code", "greedy", "temperature", "top_k", "top_p", "keys",
              "stop_ids", "stop_seqs", "stop_used")  # fmt: skip
@@ -89,10 +88,6 @@ class RowTable:
         """Every column moved left by d (right when negative)."""
         self.pad_len -= d
         self._consts = None
-
-    def mode(self) -> str:
-        """The sampling mode that serves every row."""
-        return mode_of_rows(self.greedy | self.done, self.top_k, self.top_p)
 
     def consts(self, put_rows) -> dec.RowConsts:
         """The settings on device (sent again only after a change)."""

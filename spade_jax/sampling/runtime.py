@@ -4,7 +4,8 @@
 one compiled program per key (`run(key, fn, args)` compiles on first use: `compile_count`, `compile_seconds`, and
 `compile_by_kind`: seconds by the key's first element).
 It also makes the CPU-fast decode weight layouts on first use (`DecodeLayouts`: the tied head as [E, V], the
-projections as [out, in] for batch-1 decoding). `update(model)` swaps the parameters: programs are kept when
+projections as [out, in] for batch-1 decoding, a stacked model's blocks as per-layer copies for larger
+batches). `update(model)` swaps the parameters: programs are kept when
 every parameter keeps its shape, dtype and sharding, and every layout made from the old weights is dropped.
 """
 
@@ -42,7 +43,7 @@ class Runtime:
         self.compile_seconds = 0.0
         self.compile_by_kind: collections.Counter = collections.Counter()  # seconds spent compiling, by key[0]
         self.graphdef, self.state, self._sig, self.cfg = None, None, None, None
-        self._head, self._kernels_t = None, None
+        self._head, self._kernels_t, self._layers = None, None, None
         self.update(model)
 
     def update(self, model: nnx.Module) -> None:
@@ -52,7 +53,7 @@ class Runtime:
         if graphdef != self.graphdef or sig != self._sig:
             self.programs.clear()
         self.graphdef, self.state, self._sig, self.cfg = graphdef, state, sig, model.cfg
-        self._head, self._kernels_t = None, None
+        self._head, self._kernels_t, self._layers = None, None, None
         if self.transpose_head and model.cfg.tie_embeddings:  # a device-side [E, V] copy of the tied embedding
             self._head = self.run(
                 ("head",), lambda st: nnx.merge(graphdef, st).decode_layouts(head=True).head, (state,)
@@ -63,13 +64,20 @@ class Runtime:
         return nnx.merge(self.graphdef, state)
 
     def layouts(self, batch: int) -> DecodeLayouts:
-        """The decode weight layouts for a batch of `batch` rows (the transposed kernels at batch 1 on CPU)."""
-        if batch == 1 and self.matvec_layout and self.mesh is None and jax.default_backend() == "cpu":
+        """The decode weight layouts for a batch of `batch` rows (on CPU: the transposed kernels at batch 1, a
+        stacked model's per-layer blocks above it; XLA:CPU would copy each layer's slice on every step)."""
+        cpu = self.mesh is None and jax.default_backend() == "cpu"
+        graphdef = self.graphdef
+        if batch == 1 and self.matvec_layout and cpu:
             if self._kernels_t is None:  # made on first use, kept until update
-                graphdef = self.graphdef
                 kernels = lambda st: nnx.merge(graphdef, st).decode_layouts(kernels=True).kernels
                 self._kernels_t = self.run(("kernels_t",), kernels, (self.state,))
             return DecodeLayouts(head=None, kernels=self._kernels_t)
+        if cpu and self.cfg.scanned:
+            if self._layers is None:
+                layers = lambda st: nnx.merge(graphdef, st).decode_layouts(layers=True).layers
+                self._layers = self.run(("layers",), layers, (self.state,))
+            return DecodeLayouts(head=self._head, layers=self._layers)
         return DecodeLayouts(head=self._head, kernels=None)
 
     def put(self, x: Any, names: tuple = ()) -> jax.Array:

@@ -8,7 +8,7 @@ batch). A request's random stream is its own (`seed`, `index`): in `generate` pr
 stream i of params.seed, whichever rows it shares the batch with. At most `decode_slots` rows decode together
 (the largest batch bucket); `shrink_batch=False` keeps a call's batch whole until its last row ends (the
 per-turn baseline of benchmarks/rollouts.py). Compiled programs are keyed by shapes (batch bucket, prompt
-bucket, cache length, sampling mode); `compile_count` counts them.
+bucket, cache length; sampling settings are traced values, never a key); `compile_count` counts them.
 
 Length policy: `max_total_len` bounds prompt + completion per row. A prompt that leaves no room raises a
 ValueError naming the lengths (`overflow="error"`, the default: silently dropping the start of an RL prompt,
