@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
+from spade_jax.model.layer_stack import unstack_state
 from spade_jax.rl.batch import pack_sequences
 from spade_jax.rl.learner import Learner, LearnerConfig
 from spade_jax.rundir.checkpoints import Checkpointer
@@ -68,8 +69,9 @@ def test_kl_coef_zero_stores_no_reference():
 
 
 def _logprobs_np(params_np: list[np.ndarray], samples) -> list[np.ndarray]:
-    """log p(token t | tokens < t) per sample, each alone in its own row, from a separate model's forward."""
-    model = _model(seed=7)  # other init, overwritten below
+    """log p(token t | tokens < t) per sample, each alone in its own row, from a separate model's forward (one
+    module per layer, unscanned: `params_np` are in that layout)."""
+    model = _model(seed=7, scan_layers=False)  # other init, overwritten below
     state = nnx.state(model, nnx.Param)
     nnx.update(model, jax.tree.unflatten(jax.tree.structure(state), [jnp.asarray(p) for p in params_np]))
     length = max(len(s) for s in samples)
@@ -119,9 +121,11 @@ def test_freeze_reference_copies_and_survives_donation():
     learner = Learner(model, LearnerConfig(lr=1e-2, kl_coef=0.1))
     learner.train_step(_batch())
     learner.freeze_reference()  # e.g. after a warm start: the reference is the policy RL starts from
-    ref = jax.tree.leaves(learner.get_state()["ref_params"])
+    ref_state = learner.get_state()["ref_params"]
+    ref = jax.tree.leaves(ref_state)
+    ref_layers = jax.tree.leaves(unstack_state(ref_state))  # the layout `_params` compares in
     np.testing.assert_array_equal(np.concatenate([x.ravel() for x in _params(model)]),
-                                  np.concatenate([np.asarray(x).ravel() for x in ref]))  # fmt: skip
+                                  np.concatenate([np.asarray(x).ravel() for x in ref_layers]))  # fmt: skip
     m = learner.train_step(_batch())  # donates the policy's arrays, never the reference's
     assert m["kl"] == pytest.approx(0.0, abs=1e-9)
     assert not any(x.is_deleted() for x in ref)
