@@ -205,8 +205,9 @@ def _draw(title: str, lines: list[Line], path: Path, span: tuple[int, int]) -> P
             a, b = Y_RANGES[title]
             pad = 0.04 * (b - a)
             ax.set_ylim(a - pad, b + pad)
-        elif all(v >= 0 for line in lines for v in line.values):
-            ax.set_ylim(bottom=0)  # counts, seconds, tokens/s, gigabytes: from zero
+        elif all(v >= 0 for line in lines for v in line.values):  # counts, seconds, tokens/s, GB, Vendi: from zero
+            top = max((v for line in lines for v in line.values), default=0.0)
+            ax.set_ylim(0, top * 1.12 if top > 0 else 1.0)  # room above the highest point and its label
         ax.grid(alpha=0.3)
         ax.legend(fontsize=7, loc="best")
     ax.set_title(title, fontsize=11)
