@@ -133,17 +133,20 @@ def plot(path: Path, rows: dict[str, list[dict]]) -> Path:
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    from matplotlib.ticker import MaxNLocator
 
     axes = plt.subplots(3, 5, figsize=(24, 11), dpi=90)[1].ravel()
+    last = max((r.get("step", 0) for rs in rows.values() for r in rs), default=1)
     for ax, (short, metric) in zip(axes, MEASURES.items()):
         for i, (name, rs) in enumerate(rows.items()):
             pts = [(r["step"], r[metric]) for r in rs if r.get("step", 0) > 0 and r.get(metric) is not None]
-            if pts:
-                ax.plot(
-                    *zip(*pts), "-" if name == "base" else "--", color=f"C{i}", marker="o", markersize=3, label=name
-                )
+            if pts:  # a marker and width per run, so a run that equals another still shows under it
+                ax.plot(*zip(*pts), "-" if name == "base" else "--", color=f"C{i}", marker="os^vD"[i % 5],
+                        markersize=7 - 2 * min(i, 2), linewidth=2.4 - 0.7 * min(i, 2), label=name)  # fmt: skip
         ax.set_title(short, fontsize=10)
         ax.set_xlabel("step")
+        ax.set_xlim(0.5, last + 0.5)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.grid(alpha=0.3)
         if ax.lines:
             ax.legend(fontsize=7)
