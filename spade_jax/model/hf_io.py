@@ -46,9 +46,11 @@ def layer_path(path: tuple, i: int) -> tuple:
     return (*keys[:at], str(i), *keys[at:])
 
 
-class _StackedLayers:
-    """Our stacked [L, ...] block parameter as a lazy view over one source per layer (HF tensors, transposed
-    views of them, or `_StackedExperts`): slicing reads only the layers and rows asked for."""
+class _LazyStack:
+    """Sources of one shape stacked on a new first axis, lazily: a stacked [L, ...] block parameter over one source
+    per layer (HF tensors, transposed views of them, or another `_LazyStack`), or an [E, in, out] expert kernel over
+    the checkpoint's per-expert tensors. Slicing reads only the entries and rows asked for, so sharded loading reads
+    only what a device holds."""
 
     def __init__(self, parts: list[Any]):
         self.parts = parts
@@ -57,8 +59,8 @@ class _StackedLayers:
 
     def __getitem__(self, idx: tuple) -> np.ndarray:
         idx = idx if isinstance(idx, tuple) else (idx,)
-        layers = range(len(self.parts))[idx[0]] if idx else range(len(self.parts))
-        return np.stack([np.asarray(self.parts[i][tuple(idx[1:])]) for i in layers])
+        picked = range(len(self.parts))[idx[0]] if idx else range(len(self.parts))
+        return np.stack([np.asarray(self.parts[i][tuple(idx[1:])]) for i in picked])
 
     def __array__(self, dtype=None, copy=None) -> np.ndarray:
         return np.stack([np.asarray(part, dtype=dtype) for part in self.parts])
@@ -73,27 +75,9 @@ def expert_param(path: tuple) -> tuple[str, str] | None:
     return None
 
 
-class _StackedExperts:
-    """Our [E, in, out] expert kernel as a lazy view over the checkpoint's per-expert [out, in] tensors (sharded
-    loading slices it, reading only the experts and rows a device holds)."""
-
-    def __init__(self, parts: list[Any]):
-        self.parts = parts
-        self.shape = (len(parts), *parts[0].shape)
-        self.dtype = np.dtype(parts[0].dtype)
-
-    def __getitem__(self, idx: tuple) -> np.ndarray:
-        idx = idx if isinstance(idx, tuple) else (idx,)
-        experts = range(len(self.parts))[idx[0]] if idx else range(len(self.parts))
-        return np.stack([np.asarray(self.parts[j][tuple(idx[1:])]) for j in experts])
-
-    def __array__(self, dtype=None, copy=None) -> np.ndarray:
-        return np.stack([np.asarray(part, dtype=dtype) for part in self.parts])
-
-
 def _expert_source(
     prefix: str, proj: str, shape: tuple, tensors: Mapping[str, np.ndarray], used: set[str]
-) -> _StackedExperts:
+) -> _LazyStack:
     """Collects expert kernel `proj` of every expert: per-expert HF tensors (what checkpoints on disk hold), or
     the fused `gate_up_proj` [E, 2I, H] / `down_proj` [E, H, I] that transformers 5 keeps in memory."""
     n, din, dout = shape
@@ -106,7 +90,7 @@ def _expert_source(
             raise ValueError(f"tensor {fused}: shape {tuple(src.shape)} in the checkpoint, expected {(n, rows, din)}")
         used.add(fused)
         lo = dout if proj == "up_proj" else 0
-        return _StackedExperts([src[j, lo : lo + dout, :].T for j in range(n)])
+        return _LazyStack([src[j, lo : lo + dout, :].T for j in range(n)])
     parts = []
     for name in per_expert:
         if name not in tensors:
@@ -116,7 +100,7 @@ def _expert_source(
             raise ValueError(f"tensor {name}: shape {got} in the checkpoint, expected {(dout, din)}")
         used.add(name)
         parts.append(tensors[name].T)
-    return _StackedExperts(parts)
+    return _LazyStack(parts)
 
 
 def _abstract(cfg: ModelConfig) -> tuple[nnx.GraphDef, nnx.State]:
@@ -146,7 +130,7 @@ def params_from_hf_state_dict(
         if is_stacked(path):  # one source per layer, read lazily through a stacked view
             per_layer = tuple(var.shape[1:])
             parts = [_source(layer_path(path, i), per_layer, tensors, used) for i in range(var.shape[0])]
-            src = _StackedLayers(parts)
+            src = _LazyStack(parts)
         else:
             src = _source(path, tuple(var.shape), tensors, used)
         leaves.append((path, var.replace(_to_device(src, target, flat_sh.get(path)))))
