@@ -1,5 +1,5 @@
 """Learner kernels benchmark (issue 46, learner half): compile seconds against depth, and executed over counted
-FLOPs of a learner step. The learner rows of `benchmarks/kernels.py` (the decode half lives there).
+FLOPs of a learner step. The learner rows of `benchmarks/kernel_proxies.py` (the decode half lives there).
 
     python benchmarks/kernels_learner.py                  # both parts, this checkout
     python benchmarks/kernels_learner.py --repo /work/main --skip-scanned   # "before": today's code, same script

@@ -98,6 +98,9 @@ class Plan:
     grads: float
     opt: float  # AdamW moments (optax state), fp32
     bf16_state: float  # params + grads + moments all in bf16 (what param_dtype=bfloat16 gives)
+    sampler_copy: (
+        float  # the sampler's bfloat16 copy of the fp32 masters (run/parts.py decode_weights), kept between syncs
+    )
     kv_token: float  # bytes of K and V for one token over all layers (whole model, bf16)
     agent_seqs: int  # concurrent agent episodes per step (global)
     agent_len: int
@@ -169,6 +172,7 @@ def plan(model: str, hw: Hardware, preset: str | None = None) -> Plan:
     total, local, gathered, inactive = _param_table(cfg, mesh)
     factor, opt_bytes = _opt_factor(cfg)
     params = 4.0 * local
+    copy = 2.0 * local  # the sampler decodes from a bfloat16 copy sharded as the masters, remade at every sync
 
     batch_shards = math.prod(mesh.get(a, 1) for a in ("data", "fsdp", "expert"))
 
@@ -183,11 +187,11 @@ def plan(model: str, hw: Hardware, preset: str | None = None) -> Plan:
     agent_len = sp.rollout.max_episode_tokens
     designer_len = sp.designer.context_len
     per_seq = kv_per_device(batch_shards, agent_len)  # one episode on each device
-    free = 0.9 * hw.hbm - params - factor * opt_bytes * local  # grads are freed between learner steps
+    free = 0.9 * hw.hbm - params - copy - factor * opt_bytes * local  # grads are freed between learner steps
     rows = math.ceil(agent_seqs / run.learner.grad_accum_steps / batch_shards)
     step_tokens = agent_seqs * agent_len + sp.envs_per_step * designer_len
     active = total - inactive
-    state = 4.0 * local * 2 + factor * opt_bytes * local  # weights, gradients, moments during the learner step
+    state = 4.0 * local * 2 + copy + factor * opt_bytes * local  # weights, grads, moments, the sampler's copy
     vocab = min(run.learner.vocab_chunk or cfg.vocab_size, cfg.vocab_size)
     logits = rows * run.learner.logits_chunk * vocab * 4.0
     saved = {p: rows * agent_len * cfg.num_layers * n * 2.0 for p, n in _kept_per_token(cfg).items()}
@@ -203,6 +207,7 @@ def plan(model: str, hw: Hardware, preset: str | None = None) -> Plan:
         grads=4.0 * local,
         opt=factor * opt_bytes * local,
         bf16_state=2.0 * local * (2 + factor),
+        sampler_copy=copy,
         kv_token=2 * cfg.num_layers * cfg.num_kv_heads * cfg.head_dim * 2.0,
         agent_seqs=agent_seqs,
         agent_len=agent_len,
@@ -244,16 +249,19 @@ def tables(plans: list[Plan]) -> str:
         f"{p0.step_tokens / 1e6:.1f}M tokens per step at most. Figures are per device, GiB (2^30 bytes).",
         "",
         "**Training state** (fp32 master weights, fp32 gradients, AdamW moments as the learner's optax AdamW keeps "
-        "them for fp32 parameters; bf16 compute). The last column is the same state with `param_dtype=bfloat16`.",
+        "them for fp32 parameters; bf16 compute) and the sampler's bf16 copy of the weights (decoding reads half "
+        "the bytes of the masters; remade at every sync, held beside them). The last column is the state with "
+        "`param_dtype=bfloat16` (the sampler then decodes from the weights themselves).",
         "",
-        "| model | params (total / active) | hardware | mesh | weights | grads | AdamW | total | HBM | "
+        "| model | params (total / active) | hardware | mesh | weights | grads | AdamW | sampler copy | total | HBM | "
         "all-bf16 total |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for p in plans:
         out.append(
             f"| {p.model} | {p.total_params / 1e9:.2f}B / {p.active_params / 1e9:.2f}B | {p.hw.name} | "
-            f"{_mesh(p.mesh)} | {_g(p.params)} | {_g(p.grads)} | {_g(p.opt)} | **{_g(p.train_state)}** | "
+            f"{_mesh(p.mesh)} | {_g(p.params)} | {_g(p.grads)} | {_g(p.opt)} | {_g(p.sampler_copy)} | "
+            f"**{_g(p.train_state + p.sampler_copy)}** | "
             f"{_g(p.hw.hbm)} | {_g(p.bf16_state)} |"
         )
     out += [
@@ -261,7 +269,8 @@ def tables(plans: list[Plan]) -> str:
         "**Sampler KV cache** (bf16, the sampler's layout: values [batch, kv_heads, length, head_dim], keys "
         "[batch, kv_heads, head_dim, length], batch split over the "
         "data/fsdp/expert axes). *Episodes that fit* counts agent episodes of full length per device beside the "
-        "weights and optimizer state (90% of HBM usable); *waves* is how many rounds the step's episodes need.",
+        "weights, the sampler's copy and optimizer state (90% of HBM usable); *waves* is how many rounds the "
+        "step's episodes need.",
         "",
         f"| model | hardware | KV per token (MiB) | all {p0.agent_seqs} agent episodes | {p0.designer_seqs} designer "
         "contexts | episodes that fit / device | waves |",
@@ -280,7 +289,8 @@ def tables(plans: list[Plan]) -> str:
         "length, bf16 compute, remat on) under each remat policy (`learner.remat_policy`): *nothing* keeps each "
         "block's input, *attn* also the q/k/v/o projections and the attention output (the attention is not run "
         "again), *mlp* the gate/up/down projections, *dots* both. *Fits* is the policy that recomputes the least "
-        "among those whose activations fit beside the training state (weights, gradients, moments) and one logits "
+        "among those whose activations fit beside the training state (weights, gradients, moments, the sampler's "
+        "copy) and one logits "
         "chunk in 90% of HBM; '-': none does at these rows (more accumulation steps would). Attention itself keeps "
         "no score matrix (a flash loop on CPU, cuDNN on GPU, splash on TPU).",
         "",

@@ -40,7 +40,8 @@ def test_dense_8b_on_8_gpus_by_hand(pm) -> None:
     assert p.grads == p.params and p.opt == 2 * p.params  # AdamW: two fp32 moments per weight
     assert p.kv_token == 2 * layers * 8 * 128 * 2  # K and V, bf16
     assert p.kv_agent == 768 / 8 * 32768 * p.kv_token  # 768 episodes of up to 32K tokens over 8 devices
-    free = 0.9 * 80e9 - p.params - p.opt
+    assert p.sampler_copy == p.params / 2  # the sampler's bf16 copy, sharded as the masters
+    free = 0.9 * 80e9 - p.params - p.opt - p.sampler_copy
     assert p.fit_episodes == int(free // (32768 * p.kv_token))
 
 

@@ -191,6 +191,28 @@ def test_compile_count_is_bounded_over_random_length_prompts():
     assert sampler.compile_count == before
 
 
+def test_sampling_settings_are_traced_never_a_program_key(setup):
+    """A self-play step samples under several settings at the same shapes: the designer's and the agent's (the
+    paper's T 0.6, top-k 20, top-p 0.95), the hints' (top-p only), greedy evaluation, plain sampling, top-k alone,
+    and rows of all of these in one batch. After the first, none compiles a program (issue 46: keyed by mode,
+    each would have compiled its own decode program per batch and cache shape)."""
+    model, tok, _ = setup
+    sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)
+    settings = [dict(temperature=0.6, top_k=20, top_p=0.95), dict(temperature=0.3, top_p=0.9), dict(greedy=True),
+                dict(temperature=1.0), dict(temperature=0.8, top_k=5)]  # fmt: skip
+    sampler.generate(PROMPTS[:3], SamplingParams(max_new_tokens=12, ignore_eos=True, **settings[0]))
+    compiled = dict(sampler._rt.programs)
+    for kw in settings[1:]:
+        sampler.generate(PROMPTS[:3], SamplingParams(max_new_tokens=12, ignore_eos=True, **kw))
+    mixed = [sampler.submit(p, SamplingParams(max_new_tokens=12, ignore_eos=True, **kw), index=i)
+             for i, (p, kw) in enumerate(zip(PROMPTS[:3], settings[1:4]))]  # fmt: skip
+    while sampler.pending:  # one batch of rows under three settings
+        sampler.step()
+    assert all(len(r.completion.token_ids) == 12 for r in mixed)
+    assert sampler._rt.programs.keys() == compiled.keys(), sorted(set(sampler._rt.programs) - set(compiled), key=str)
+    assert sum(key[0] == "decode" for key in compiled) >= 1
+
+
 def test_update_model_swaps_parameters_without_recompiling(setup):
     model, tok, _ = setup
     sampler = Sampler(model, tok, max_total_len=256, chunk_steps=8)

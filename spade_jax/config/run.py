@@ -114,6 +114,9 @@ class WandbConfig:
             raise ValueError(f"wandb.mode={self.mode!r}; expected one of {', '.join(WANDB_MODES)}")
 
 
+DECODE_ATTENTION = ("xla", "pallas", "auto")  # model/decode_attention.py's IMPLS (config imports no JAX)
+
+
 @dataclass
 class RunConfig:
     """Everything a run reads; saved as `config.json` in the run directory."""
@@ -124,6 +127,7 @@ class RunConfig:
     mesh: str = ""  # e.g. "data=2,fsdp=4,tensor=1"; empty: all devices on fsdp
     max_total_len: int = 4096  # sampler context (prompt + completion)
     decode_slots: int = 64  # rows the sampler decodes together at most (its continuous-batching slots)
+    decode_attention: str = "xla"  # xla | pallas (each row's live KV slots only) | auto (pallas on GPU)
     num_workers: int = 4  # sandboxed environment workers on this host
     sessions_per_worker: int = 8  # episodes one worker serves at once (each in its own process and uid)
     sandbox: str = "auto"  # auto | gvisor | bwrap | process
@@ -157,6 +161,10 @@ class RunConfig:
             raise ConfigError(f"logger={self.logger!r}; {expected}")
         if self.loop.steps == 0 and not self.loop.warmstart:
             raise ConfigError("loop.steps=0: nothing to run; expected >= 1 (0 only with loop.warmstart=true)")
+        if self.decode_attention not in DECODE_ATTENTION:
+            raise ConfigError(
+                f"decode_attention={self.decode_attention!r}; expected one of {', '.join(DECODE_ATTENTION)}"
+            )
         mesh_shape(self.mesh)  # its axes and sizes (the devices are counted only when the mesh is made)
 
     @property

@@ -4,7 +4,10 @@ One cache layout serves prefill, decoding and the sampler: keys [B, kv_heads, he
 [B, kv_heads, S, head_dim], the layouts in which both attention contractions of a single query reduce over a
 non-minor axis (head_dim for the scores, S for the output) and so vectorise along the contiguous one. XLA then
 reads each cache slot once per decode step ([B, S, kv_heads, D] made it transpose the whole cache every step;
-keys as [.., S, D] cost ~20% more at batch 32 than [.., D, S]).
+keys as [.., S, D] made the float32 score dot ~5x slower on XLA:CPU at batch 16-64).
+
+The decode step's attention (`attend_one`) is one batched dot per KV head over its group of query heads, in
+the cache's dtype with float32 accumulation: a bfloat16 cache is read as bfloat16, once per group.
 
 `DecodeLayouts` holds optional CPU-fast copies of the weights for decoding (the tied head as [E, V], the
 projections as [out, in], a stacked model's blocks per layer); they change speed, not values.
@@ -85,29 +88,23 @@ class DecodeLayouts:
 def _scores(q: jax.Array, kc: jax.Array, valid: jax.Array, head_dim: int) -> jax.Array:
     """float32 scores [B, K, G, S] of q [B, K, G, D] against keys kc [B, K, D, S]; -inf-like where not valid [B, S].
 
-    For several rows, written as broadcast-multiply-reduce, which XLA:CPU fuses into loops that read each cache
-    slot once (as dots, the cache operand costs ~15% more at batch 32); for one row, as dots, which skip the
-    reduction library's per-call overhead (~90 us a layer).
+    One batched dot per (row, KV head) over its G query heads, q rounded to the cache dtype and the products
+    accumulated in float32: each key is read once for the whole group and never copied to float32.
     """
-    f32 = jnp.float32
-    if q.shape[0] == 1:
-        scores = jnp.einsum("bkgd,bkds->bkgs", q, kc.astype(q.dtype), preferred_element_type=f32)
-    else:
-        scores = (q[..., None].astype(f32) * kc[:, :, None].astype(f32)).sum(-2)
+    scores = jnp.einsum("bkgd,bkds->bkgs", q.astype(kc.dtype), kc, preferred_element_type=jnp.float32)
     return jnp.where(valid[:, None, None, :], scores * head_dim**-0.5, NEG_INF)
 
 
 def _weighted(probs: jax.Array, vc: jax.Array) -> jax.Array:
-    """float32 [B, K, G, D]: probs [B, K, G, S] (unnormalised) times values vc [B, K, S, D]."""
-    probs = probs.astype(vc.dtype)
-    if probs.shape[0] == 1:
-        return jnp.einsum("bkgs,bksd->bkgd", probs, vc, preferred_element_type=jnp.float32)
-    return (probs[..., None] * vc[:, :, None, :, :]).sum(-2).astype(jnp.float32)
+    """float32 [B, K, G, D]: probs [B, K, G, S] (unnormalised) times values vc [B, K, S, D], one batched dot per
+    (row, KV head) as `_scores`."""
+    return jnp.einsum("bkgs,bksd->bkgd", probs.astype(vc.dtype), vc, preferred_element_type=jnp.float32)
 
 
 def attend_one(q: jax.Array, parts: list[tuple[jax.Array, jax.Array, jax.Array]], head_dim: int) -> jax.Array:
     """q [B, K, G, D] over one softmax spanning every (keys [B, K, D, S], values [B, K, S, D], valid [B, S]) part
-    (a read-only cache and the current decode chunk, or the cache alone) -> [B, K, G, D]."""
+    (a read-only cache and the current decode chunk, or the cache alone) -> [B, K, G, D]. The XLA path of
+    `decode_attention.attend` (every backend; the reference its kernels are tested against)."""
     scores = [_scores(q, k, valid, head_dim) for k, _, valid in parts]
     top = functools.reduce(jnp.maximum, [s.max(-1, keepdims=True) for s in scores])
     exps = [jnp.exp(s - top) for s in scores]
@@ -116,19 +113,29 @@ def attend_one(q: jax.Array, parts: list[tuple[jax.Array, jax.Array, jax.Array]]
     return (out / total).astype(q.dtype)
 
 
+def take_rows(table: jax.Array, ids: jax.Array) -> jax.Array:
+    """table[ids] along the first axis, gathered as raw bits when the table is 16-bit floats (the same values):
+    XLA:CPU has no bfloat16 gather and hoisted a float32 copy of the whole embedding out of the decode loop."""
+    if table.dtype.itemsize != 2:
+        return jnp.take(table, ids, axis=0)
+    bits = jax.lax.bitcast_convert_type(table, jnp.uint16)
+    return jax.lax.bitcast_convert_type(jnp.take(bits, ids, axis=0), table.dtype)
+
+
 def linears(lins: tuple, x: jax.Array, kernel_t: jax.Array | None) -> list[jax.Array]:
     """[lin(x) for lin in lins], from their kernels stacked as [sum of outs, in] (`DecodeLayouts.kernels`) when
-    given, with the same arithmetic (bfloat16 weights: a bfloat16 matmul accumulating in float32)."""
+    given, with the same arithmetic (bfloat16 weights: a bfloat16 matmul accumulating in float32, rounded to x's
+    dtype)."""
     if kernel_t is None:
         return [lin(x) for lin in lins]
     dims = (((x.ndim - 1,), (1,)), ((), ()))
-    if kernel_t.dtype == jnp.bfloat16 and x.dtype == jnp.float32:
+    if kernel_t.dtype == jnp.bfloat16:
         y = jax.lax.dot_general(x.astype(kernel_t.dtype), kernel_t, dims, preferred_element_type=jnp.float32)
     else:
         y = jax.lax.dot_general(x, kernel_t.astype(x.dtype), dims)
     ends = list(itertools.accumulate(lin.kernel.shape[1] for lin in lins))
     parts = jnp.split(y, ends[:-1], axis=-1)
-    return [p + lin.bias[...].astype(p.dtype) if lin.use_bias else p for p, lin in zip(parts, lins)]
+    return [(p + lin.bias[...].astype(p.dtype) if lin.use_bias else p).astype(x.dtype) for p, lin in zip(parts, lins)]
 
 
 def stacked_t(*lins) -> jax.Array:

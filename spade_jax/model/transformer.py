@@ -27,8 +27,8 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.ad_checkpoint import checkpoint_name
 
+from spade_jax.model import decode_attention, train_attention
 from spade_jax.model import kv_cache as kvc
-from spade_jax.model import train_attention
 from spade_jax.model.config import ModelConfig
 from spade_jax.model.kv_cache import DecodeLayouts, KVCache
 from spade_jax.model.moe import MoE
@@ -62,16 +62,16 @@ class Linear(nnx.Linear):
     """
 
     def __call__(self, inputs: jax.Array) -> jax.Array:
-        if inputs.ndim <= 2:
-            return super().__call__(inputs)
-        out = super().__call__(inputs.reshape(-1, inputs.shape[-1]))
-        return out.reshape(*inputs.shape[:-1], out.shape[-1])
+        flat = inputs if inputs.ndim <= 2 else inputs.reshape(-1, inputs.shape[-1])
+        out = super().__call__(flat).astype(self.dtype)  # accumulated in float32 (bfloat16 weights), then rounded
+        return out if inputs.ndim <= 2 else out.reshape(*inputs.shape[:-1], out.shape[-1])
 
 
 def _linear(cfg: ModelConfig, din: int, dout: int, axes: tuple, rngs: nnx.Rngs, bias: bool = False) -> Linear:
-    # bfloat16 weights with float32 compute: one bfloat16 matmul accumulating in float32 (the input rounded to
-    # bfloat16), not an upcast copy of the weights on every call
-    mixed = cfg.jnp_param_dtype == jnp.bfloat16 and cfg.jnp_dtype == jnp.float32
+    # bfloat16 weights: one bfloat16 matmul accumulating in float32 (a float32 input rounded to bfloat16), its sum
+    # rounded to the compute dtype once; never an upcast copy of the weights (XLA:CPU upcast bfloat16 x bfloat16
+    # -> bfloat16 dots and hoisted float32 copies of every weight out of the decode loop)
+    mixed = cfg.jnp_param_dtype == jnp.bfloat16
     return Linear(
         din,
         dout,
@@ -179,7 +179,7 @@ class Attention(nnx.Module):
         q, k, v = self._qkv(x, positions[:, None], kernels.get("qkv"))
         kn, vn = kvc.write(*into, k, v, at)
         parts = [(kn, vn, valid)] if prior is None else [prior, (kn, vn, valid)]
-        out = kvc.attend_one(q.reshape(b, kvh, cfg.num_heads // kvh, d), parts, d)
+        out = decode_attention.attend(q.reshape(b, kvh, cfg.num_heads // kvh, d), parts, d)
         return kvc.linears((self.o_proj,), out.reshape(b, cfg.num_heads * d), kernels.get("o"))[0], (kn, vn)
 
 
@@ -424,7 +424,7 @@ class Transformer(nnx.Module):
         cfg = self.cfg
         layouts = layouts or DecodeLayouts()
         table = constrain(self.embed_tokens.embedding[...], ("vocab", None))
-        x = constrain(jnp.take(table, tokens, axis=0).astype(cfg.jnp_dtype), ("batch", "embed"))
+        x = constrain(kvc.take_rows(table, tokens).astype(cfg.jnp_dtype), ("batch", "embed"))
         slots = jnp.arange(cache.length, dtype=jnp.int32)
         first = slot + 1 if chunk is None else slot - chunk_index  # the cache slots before `first` are attended
         valid = (slots[None, :] >= pad_len[:, None]) & (slots[None, :] < first)

@@ -112,9 +112,11 @@ def run(cfg: RunConfig, run_dir: str | Path | RunDir, *, resume: bool = False, c
     return summary
 
 
-def _decode_counts(sampler: Any) -> tuple[int, int]:
-    """(slot-steps computed, tokens generated) so far by the sampler (zeros for one that does not count)."""
-    return getattr(sampler, "slot_steps", 0), getattr(sampler, "tokens_generated", 0)
+def _decode_counts(sampler: Any) -> tuple[int, ...]:
+    """(slot-steps computed, tokens generated, live KV slots read, all KV slots read) so far by the sampler
+    (zeros for one that does not count)."""
+    live, total = getattr(sampler, "kv_slot_reads", (0, 0))
+    return getattr(sampler, "slot_steps", 0), getattr(sampler, "tokens_generated", 0), live, total
 
 
 def _changed(saved_json: str, cfg: RunConfig) -> str:
@@ -209,9 +211,11 @@ def _step(parts: Parts, step: int, progress: Any) -> dict[str, float]:
         batch = play_step(parts, step)
     if parts.hosts.is_leader:  # one hinted and one unhinted play of each environment, for the report
         transcripts.record(parts.run_dir, parts.tokenizer, step + 1, batch.examples)
-    slots, tokens = (now - then for now, then in zip(_decode_counts(parts.sampler), counts))
+    slots, tokens, kv_live, kv_all = (now - then for now, then in zip(_decode_counts(parts.sampler), counts))
     if slots:  # the share of the decode work computed that became tokens (this host's sampler)
         row["perf/slot_utilisation"] = tokens / slots
+    if kv_all:  # the share of the KV slots decode attended that running rows hold (all that a kernel must read)
+        row["perf/kv_live_share"] = kv_live / kv_all
     row.update(batch.stats)
     row.update(band_stats(batch.envs, cfg.selfplay.memory.positive_band))
     row.update(step_health(batch, parts.selfplay.memory, step, cfg.selfplay.reward))  # the paper's measures

@@ -5,6 +5,7 @@ the learner and the self-play half, wired together. A failure while wiring close
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -44,13 +45,63 @@ class Parts:
 
     def sync_sampler(self) -> None:
         """Points the sampler at the learner's current parameters: the same arrays on one process; on several,
-        a copy whole on this host's devices (`local_replica`, a collective: every host calls it together)."""
-        model = self.learner.model
+        a copy whole on this host's devices (`local_replica`, a collective: every host calls it together).
+        Float32 master weights of a bfloat16 run reach it as a bfloat16 copy (`decode_weights`)."""
+        model = decode_weights(self.learner.model)
         if self.hosts.count > 1:
             from spade_jax.model.placement import local_replica
 
             model = local_replica(model, self.sampler.mesh)
         self.sampler.update_model(model)
+
+
+def decode_weights(model: Any) -> Any:
+    """The model the sampler decodes from: `model` itself, or where its parameters are float32 masters and it
+    computes in bfloat16 (the paper presets), a bfloat16 copy with one module per layer, made on device with the
+    masters' sharding and remade at every sync, in a model built for bfloat16 parameters (each matmul takes the
+    bfloat16 weight as it is and accumulates in float32). The same values to float32 rounding of a sum (the
+    masters' matmuls round their weights to bfloat16 anyway), half the bytes each decode step reads, no float32
+    weight inside the decode programs, and no per-step copy of a layer's slice of stacked weights (a decode step
+    runs its layers unrolled; XLA copies a slice of a stacked array before a matmul reads it). It costs 2 bytes
+    per parameter beside the masters (docs/scaling.md's plan)."""
+    import jax.numpy as jnp
+    from flax import nnx
+
+    cfg = model.cfg
+    if not (cfg.jnp_param_dtype == jnp.float32 and cfg.jnp_dtype == jnp.bfloat16):
+        return model
+    _, state = nnx.split(model)
+    return nnx.merge(_bfloat16_graph(type(model), cfg), _bfloat16_cast()(state))
+
+
+_GRAPHS: dict[str, Any] = {}
+
+
+def _bfloat16_graph(kind: type, cfg: Any) -> Any:
+    """The graph of `kind(cfg with bfloat16 parameters, one module per layer)`, built abstractly once per config
+    (the sampler keeps its programs across syncs while the graph stays the same)."""
+    from flax import nnx
+
+    key = f"{kind.__qualname__}:{cfg!r}"
+    if key not in _GRAPHS:
+        copy = cfg.replace(param_dtype="bfloat16", scan_layers=False)
+        _GRAPHS[key] = nnx.split(nnx.eval_shape(lambda: kind(copy, rngs=nnx.Rngs(0))))[0]
+    return _GRAPHS[key]
+
+
+@functools.cache
+def _bfloat16_cast() -> Any:
+    """One jitted program (kept across syncs): float32 leaves to bfloat16, the others as they are, stacked blocks
+    split per layer."""
+    import jax
+    import jax.numpy as jnp
+
+    from spade_jax.model.layer_stack import unstack_state
+
+    def cast(state: Any) -> Any:
+        return unstack_state(jax.tree.map(lambda x: x.astype(jnp.bfloat16) if x.dtype == jnp.float32 else x, state))
+
+    return jax.jit(cast)
 
 
 def build(cfg: RunConfig, run_dir: Path, *, progress: Any = None) -> Parts:
@@ -86,12 +137,14 @@ def _sampler(model: Any, tokenizer: Any, cfg: RunConfig, mesh: Any, hosts: Hosts
     from spade_jax.model.sharding import make_mesh
     from spade_jax.sampling import Sampler
 
+    model = decode_weights(model)
     if hosts.count > 1:
         import jax
 
         mesh = make_mesh({"data": -1}, devices=jax.local_devices())
         model = local_replica(model, mesh)
-    return Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len, decode_slots=cfg.decode_slots)
+    return Sampler(model, tokenizer, mesh=mesh, max_total_len=cfg.max_total_len, decode_slots=cfg.decode_slots,
+                   decode_attention=cfg.decode_attention)  # fmt: skip
 
 
 def _wire(cfg: RunConfig, run_dir: Path, model: Any, tokenizer: Any, sampler: Any, pool: Any, mesh: Any,

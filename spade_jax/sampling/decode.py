@@ -55,16 +55,25 @@ class RowConsts:
 
 def _flush(cache: KVCache, chunk: KVCache, first, n) -> KVCache:
     """The cache with chunk slots [0, n) written at cache columns [first, first + n), one column at a time (every
-    write in place; a whole-chunk write could be clamped at the cache's end)."""
+    write in place; a whole-chunk write could be clamped at the cache's end). Moved as raw bits (unsigned ints
+    of the same width): XLA:CPU has no bfloat16 dynamic-update-slice and took the whole cache through float32."""
+
+    def bits(c: KVCache) -> KVCache:
+        uint = jnp.dtype(f"uint{8 * c.k[0].dtype.itemsize}")
+        return KVCache(k=[jax.lax.bitcast_convert_type(x, uint) for x in c.k],
+                       v=[jax.lax.bitcast_convert_type(x, uint) for x in c.v])  # fmt: skip
 
     def body(j, c):
         k = [jax.lax.dynamic_update_slice(ck, jax.lax.dynamic_slice_in_dim(nk, j, 1, 3), (0, 0, 0, first + j))
-             for ck, nk in zip(c.k, chunk.k)]  # fmt: skip
+             for ck, nk in zip(c.k, new.k)]  # fmt: skip
         v = [jax.lax.dynamic_update_slice(cv, jax.lax.dynamic_slice_in_dim(nv, j, 1, 2), (0, 0, first + j, 0))
-             for cv, nv in zip(c.v, chunk.v)]  # fmt: skip
+             for cv, nv in zip(c.v, new.v)]  # fmt: skip
         return KVCache(k=k, v=v).constrained()
 
-    return jax.lax.fori_loop(0, n, body, cache)
+    new, dtype = bits(chunk), cache.k[0].dtype
+    out = jax.lax.fori_loop(0, n, body, bits(cache))
+    return KVCache(k=[jax.lax.bitcast_convert_type(x, dtype) for x in out.k],
+                   v=[jax.lax.bitcast_convert_type(x, dtype) for x in out.v]).constrained()  # fmt: skip
 
 
 def _stop_seq_hit(recent: jax.Array, consts: RowConsts) -> jax.Array:

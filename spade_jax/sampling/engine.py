@@ -102,6 +102,10 @@ class DecodeEngine:
         self.slot_steps = 0  # decode steps times batch rows computed (free and finished rows included)
         self.tokens_generated = 0  # tokens returned: slot utilisation = tokens_generated / slot_steps
         self.tokens_reused = 0  # prompt tokens not prefilled thanks to a parked row
+        # KV cache slots attended by decode steps, summed over steps and rows: the running rows' own (live) ones,
+        # and all (B x cache length, what the XLA attention reads); their ratio is the live share of KV reads
+        self.kv_live_reads = 0
+        self.kv_reads = 0
         self.stats: collections.Counter = collections.Counter()  # admissions, column moves and resizes, by kind
         self.key_shape = key_data(0, 0).shape
 
@@ -409,9 +413,15 @@ class DecodeEngine:
         args = (rt.state, layouts, self.cache, state, consts, rt.put(np.int32(n_steps)), rt.put(np.int32(exit_done)))
         self.cache, state, toks, lps, raws = rt.run(key, fn, args, donate=(2, 3))
         self.logits = state.logits
-        got = jax.device_get((toks, lps, raws, state.generated, state.done, state.finish, state.recent, state.column))
-        toks, lps, raws, generated, done, finish, recent, column = got
-        self.slot_steps += b * (int(column) - self.column)
+        wanted = (toks, lps, raws, state.generated, state.done, state.finish, state.recent, state.column)
+        for x in wanted:  # queued behind the chunk: the copies start as it ends, while the host counts below
+            x.copy_to_host_async()
+        held = int(np.sum(self.column - rows.pad_len[live]))  # slots the running rows attend at the chunk start
+        toks, lps, raws, generated, done, finish, recent, column = jax.device_get(wanted)
+        taken = int(column) - self.column
+        self.slot_steps += b * taken
+        self.kv_live_reads += held * taken
+        self.kv_reads += b * self.cache.length * taken
         self.column = int(column)
         rows.absorb(generated, done, finish, recent)
         finished = []

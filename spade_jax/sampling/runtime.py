@@ -2,7 +2,8 @@
 
 `Runtime` keeps the split model (graph + parameters, referenced, not copied), the mesh and sharding rules, and
 one compiled program per key (`run(key, fn, args)` compiles on first use: `compile_count`, `compile_seconds`, and
-`compile_by_kind`: seconds by the key's first element).
+`compile_by_kind`: seconds by the key's first element). Every program is traced with the runtime's decode
+attention (`model.decode_attention`: "xla", "pallas" reading each row's live slots only, or "auto").
 It also makes the CPU-fast decode weight layouts on first use (`DecodeLayouts`: the tied head as [E, V], the
 projections as [out, in] for batch-1 decoding, a stacked model's blocks as per-layer copies for larger
 batches). `update(model)` swaps the parameters: programs are kept when
@@ -22,6 +23,7 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
+from spade_jax.model import decode_attention
 from spade_jax.model.kv_cache import DecodeLayouts
 from spade_jax.model.sharding import DEFAULT_RULES, activation_sharding, use_rules
 
@@ -34,8 +36,9 @@ class Runtime:
     """Model arrays + compiled programs keyed by shape (see module doc)."""
 
     def __init__(self, model: nnx.Module, *, mesh: jax.sharding.Mesh | None = None, rules: Any = None,
-                 transpose_head: bool = True, matvec_layout: bool = True):  # fmt: skip
+                 transpose_head: bool = True, matvec_layout: bool = True, attention: str = "xla"):  # fmt: skip
         self.mesh = mesh
+        self.attention = decode_attention.check(attention)
         self.rules = rules or DEFAULT_RULES
         self.transpose_head, self.matvec_layout = transpose_head, matvec_layout
         self.programs: dict[tuple, Any] = {}
@@ -110,6 +113,7 @@ class Runtime:
 
     def _mesh_ctx(self) -> contextlib.ExitStack:
         stack = contextlib.ExitStack()
+        stack.enter_context(decode_attention.use(self.attention))
         if self.mesh is not None:
             stack.enter_context(jax.set_mesh(self.mesh))
             stack.enter_context(use_rules(self.rules))

@@ -23,6 +23,10 @@ On CPU, a batch of one row decodes with the projection kernels transposed to [ou
 copy made on first use), the layout XLA's matrix-vector code streams fastest; the head of a tied embedding is
 copied to [E, V] (`transpose_head`), the layout the GEMM library takes for larger batches.
 
+Decode attention (`decode_attention`, model/decode_attention.py): "xla" (every backend, every cache slot read),
+"pallas" (each row's live slots only: Triton on GPU, interpret mode elsewhere) or "auto" (pallas on GPU).
+`kv_slot_reads` counts the live share of the slots decode steps attend.
+
 Computed state from the weights: shared prompt prefixes (prefixes.py: `min_shared_prefix`,
 `min_prefix_saving`, `prefix_cache`), rows kept for reuse in the engine's slots (`min_reuse`), and the decode
 layouts; `update_model` drops all of it (KV of old weights is never reused) and refuses while requests run.
@@ -72,6 +76,7 @@ class Sampler:
         prefix_cache: int = 2,
         min_reuse: int = 64,
         shrink_batch: bool = True,
+        decode_attention: str = "xla",
     ):
         if overflow not in ("error", "truncate_left"):
             raise ValueError(f"overflow must be 'error' or 'truncate_left', got {overflow!r}")
@@ -87,7 +92,8 @@ class Sampler:
         self.batch_buckets = bk.batch_buckets(batch_buckets, decode_slots, mesh)
         self.chunk_steps = int(chunk_steps)
         self.overflow = overflow
-        self._rt = Runtime(model, mesh=mesh, rules=rules, transpose_head=transpose_head, matvec_layout=matvec_layout)
+        self._rt = Runtime(model, mesh=mesh, rules=rules, transpose_head=transpose_head, matvec_layout=matvec_layout,
+                           attention=decode_attention)  # fmt: skip
         self._prefill = Prefiller(self._rt, self.prompt_buckets, min_shared=min_shared_prefix,
                                   min_saving=min_prefix_saving, keep=prefix_cache)  # fmt: skip
         self.engine = DecodeEngine(
@@ -129,6 +135,13 @@ class Sampler:
     def tokens_generated(self) -> int:
         """Tokens returned: slot utilisation = tokens_generated / slot_steps."""
         return self.engine.tokens_generated
+
+    @property
+    def kv_slot_reads(self) -> tuple[int, int]:
+        """(live, all): KV cache slots decode steps attended, summed over rows and steps: live ones (a row's own
+        tokens) and all of them (every row reads every slot of the cache on the XLA path). live / all is the
+        share of cache reads a kernel reading live slots only keeps."""
+        return self.engine.kv_live_reads, self.engine.kv_reads
 
     # ----------------------------------------------------------------------------------------- public API
     def release(self) -> None:

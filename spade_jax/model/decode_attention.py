@@ -1,0 +1,220 @@
+"""The decode step's attention, dispatched by implementation: one query token per row over its KV cache parts.
+
+`attend(q, parts, head_dim)` is what `Attention.decode` calls. Each part is (keys [B, K, D, S], values
+[B, K, S, D], valid [B, S]) in the cache's own layout (kv_cache.py), and every row's valid slots in a part form
+one contiguous run (left padding before it, unwritten slots after it): the read-only cache and the current
+decode chunk. One softmax spans all parts.
+
+Implementations (`IMPLS`; chosen per compiled program with `use(impl)` around tracing, as the sharding rules
+are, so the model's call signature does not change):
+
+- "xla": `kv_cache.attend_one`, batched dots over every slot of every part (masked). Runs on every backend;
+  the reference the kernel is tested against.
+- "pallas": reads each row's live slots only. A Pallas kernel per (row, KV head, split of the slots) walks the
+  blocks of its split that overlap the row's run [start, end) and keeps a flash-attention running max / sum /
+  output; splits and parts are merged outside the kernel by the same log-sum-exp algebra. It follows the
+  structure of JAX's `pallas.ops.gpu.decode_attention` (per-row start and length, split-K with residuals) but
+  reads keys as [D, S], the cache's layout, so no transposed copy of the cache is made (JAX's kernel takes keys
+  as [S, D]; on XLA:CPU that layout made the score dot ~5x slower, so the cache keeps [D, S]). On GPU it
+  lowers to Triton; on any other backend it runs in Pallas interpret mode (what the CPU tests run: slow, exact).
+  A part whose slot count does not split into blocks of 16 or more goes through the XLA path, merged the same.
+- "auto": "pallas" on GPU, "xla" elsewhere.
+
+TPU: JAX's TPU kernels (`ops.tpu.paged_attention`, `ragged_paged_attention`) attend [0, length) of per-row page
+tables; this cache is one contiguous array per layer whose rows are left-padded and share one write column, so
+they do not fit without a paged cache in the engine (a change of engine.py's column model, its own issue).
+TPU decodes with the XLA path.
+
+Failure: an unknown implementation name raises ValueError naming the choices, at trace time.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+from collections.abc import Iterator
+
+import jax
+import jax.numpy as jnp
+from jax.experimental import pallas as pl
+from jax.experimental.pallas import triton as plgpu
+
+from spade_jax.model import kv_cache as kvc
+
+IMPLS = ("xla", "pallas", "auto")
+MAX_SPLITS = 16  # slot splits per (row, KV head): parallel programs for one row's long cache
+MAX_BLOCK = 64  # slots per kernel step (a power of two, >= 16: Triton's smallest dot)
+_GROUP_PAD = 16  # query heads per KV head padded to this (Triton's smallest dot dimension)
+_MASKED = -0.7 * float(jnp.finfo(jnp.float32).max)  # a score no softmax weight survives, finite (no inf - inf)
+
+_impl: contextvars.ContextVar[str] = contextvars.ContextVar("decode_attention", default="xla")
+
+Part = tuple[jax.Array, jax.Array, jax.Array]
+
+
+def check(impl: str) -> str:
+    """`impl` if it names an implementation (ValueError otherwise)."""
+    if impl not in IMPLS:
+        raise ValueError(f"decode attention {impl!r}: expected one of {', '.join(IMPLS)}")
+    return impl
+
+
+def resolve(impl: str) -> str:
+    """The implementation `impl` stands for on this backend ("auto" -> "pallas" on GPU, else "xla")."""
+    if check(impl) == "auto":
+        return "pallas" if jax.default_backend() == "gpu" else "xla"
+    return impl
+
+
+@contextlib.contextmanager
+def use(impl: str) -> Iterator[None]:
+    """Decode attention traced inside this block uses `impl` (a program keeps what it was traced with)."""
+    token = _impl.set(resolve(impl))
+    try:
+        yield
+    finally:
+        _impl.reset(token)
+
+
+def current() -> str:
+    """The implementation `attend` uses when traced now."""
+    return _impl.get()
+
+
+def attend(q: jax.Array, parts: list[Part], head_dim: int, impl: str | None = None) -> jax.Array:
+    """q [B, K, G, D] over one softmax spanning every part (module doc) -> [B, K, G, D] in q's dtype."""
+    impl = resolve(impl) if impl is not None else current()
+    if impl == "xla":
+        return kvc.attend_one(q, parts, head_dim)
+    scale = head_dim**-0.5
+    stats = [_part_stats(q, part, scale) for part in parts]
+    m = functools.reduce(jnp.maximum, [s[2] for s in stats])  # [B, K, G]
+    out = sum(o * jnp.exp(pm - m)[..., None] for o, _, pm in stats)
+    total = sum(lsum * jnp.exp(pm - m) for _, lsum, pm in stats)
+    return (out / total[..., None]).astype(q.dtype)
+
+
+def run_of(valid: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """(start, end) int32 [B] of each row's one contiguous run of valid [B, S] slots (end == start when none)."""
+    start = jnp.argmax(valid, axis=-1).astype(jnp.int32)
+    return start, start + jnp.sum(valid, axis=-1, dtype=jnp.int32)
+
+
+def blocking(slots: int) -> tuple[int, int] | None:
+    """(splits, block) for a part of `slots` slots: block a power of two in [16, MAX_BLOCK] dividing it, splits
+    the most up to MAX_SPLITS that divide its blocks evenly; None when no block of 16 or more divides it."""
+    block = next((b for b in (64, 32, 16) if b <= MAX_BLOCK and slots % b == 0), None)
+    if block is None:
+        return None
+    blocks = slots // block
+    return max(n for n in range(1, min(MAX_SPLITS, blocks) + 1) if blocks % n == 0), block
+
+
+def _part_stats(q: jax.Array, part: Part, scale: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+    """Unnormalised (output [B, K, G, D], weight sum [B, K, G], running max [B, K, G]) of q over one part,
+    float32: the kernel over its live slots, or the XLA path when its slots do not block."""
+    keys, values, valid = part
+    shape = blocking(keys.shape[-1])
+    if shape is None:
+        scores = jnp.einsum("bkgd,bkds->bkgs", q.astype(keys.dtype), keys, preferred_element_type=jnp.float32)
+        scores = jnp.where(valid[:, None, None, :], scores * scale, _MASKED)
+        m = scores.max(-1)
+        p = jnp.exp(scores - m[..., None])
+        out = jnp.einsum("bkgs,bksd->bkgd", p.astype(values.dtype), values, preferred_element_type=jnp.float32)
+        return out, p.sum(-1), m
+    start, end = run_of(valid)
+    return _kernel_stats(q, keys, values, start, end, scale, *shape)
+
+
+def _kernel_stats(q, keys, values, start, end, scale: float, splits: int, block: int):
+    """The kernel over every (row, KV head), its splits merged: float32 (out, sum, max) as `_part_stats`."""
+    b, kh, g, d = q.shape
+    gp = max(_GROUP_PAD, 1 << (g - 1).bit_length())
+    qp = jnp.pad(q.astype(keys.dtype), ((0, 0), (0, 0), (0, gp - g), (0, 0)))  # zero rows: harmless, dropped
+    one = functools.partial(_one_head, scale=scale, splits=splits, block=block)
+    per_head = jax.vmap(one, in_axes=(0, 0, 0, None, None))  # over KV heads
+    o, lsum, m = jax.vmap(per_head, in_axes=(0, 0, 0, 0, 0))(qp, keys, values, start, end)  # [B, K, splits, ...]
+    top = m.max(axis=2)  # [B, K, Gp]
+    w = jnp.exp(m - top[:, :, None])
+    out = (o * w[..., None]).sum(axis=2)
+    return out[:, :, :g], (lsum * w).sum(axis=2)[:, :, :g], top[:, :, :g]
+
+
+def _one_head(q, k, v, start, end, *, scale: float, splits: int, block: int):
+    """One (row, KV head): q [Gp, D], keys k [D, S], values v [S, D], live slots [start, end) ->
+    per split (out [splits, Gp, D], sum [splits, Gp], max [splits, Gp]), float32, unnormalised."""
+    gp, d = q.shape
+    s = k.shape[-1]
+    split_len = s // splits
+    kernel = functools.partial(_kernel, scale=scale, block=block, split_len=split_len)
+    return pl.pallas_call(
+        kernel,
+        grid=(splits,),
+        in_specs=[
+            pl.BlockSpec((), lambda j: ()),  # start
+            pl.BlockSpec((), lambda j: ()),  # end
+            pl.BlockSpec((gp, d), lambda j: (0, 0)),
+            pl.BlockSpec((d, split_len), lambda j: (0, j)),
+            pl.BlockSpec((split_len, d), lambda j: (j, 0)),
+        ],
+        out_specs=[
+            pl.BlockSpec((None, gp, d), lambda j: (j, 0, 0)),
+            pl.BlockSpec((None, gp), lambda j: (j, 0)),
+            pl.BlockSpec((None, gp), lambda j: (j, 0)),
+        ],
+        out_shape=[
+            jax.ShapeDtypeStruct((splits, gp, d), jnp.float32),
+            jax.ShapeDtypeStruct((splits, gp), jnp.float32),
+            jax.ShapeDtypeStruct((splits, gp), jnp.float32),
+        ],
+        compiler_params=_compiler_params(),
+        interpret=jax.default_backend() != "gpu",
+        name="spade_decode_attention",
+    )(start, end, q, k, v)
+
+
+def _compiler_params():
+    return plgpu.CompilerParams(num_warps=4, num_stages=2) if jax.default_backend() == "gpu" else None
+
+
+def _kernel(start_ref, end_ref, q_ref, k_ref, v_ref, o_ref, l_ref, m_ref, *, scale: float, block: int, split_len: int):
+    """One split of one (row, KV head): the blocks of [j * split_len, (j + 1) * split_len) that overlap the
+    row's live run [start, end), with a running max m, weight sum l and unnormalised output o (FlashAttention-2's
+    recurrence). A split with no live slot writes m = _MASKED, l = 0, o = 0 (weight 0 when merged)."""
+    j = pl.program_id(0)
+    base = j * split_len
+    lo = jnp.maximum(start_ref[()], base)
+    hi = jnp.minimum(end_ref[()], base + split_len)
+    gp, d = q_ref.shape
+    m0 = jnp.full((gp,), _MASKED, jnp.float32)
+    l0 = jnp.zeros((gp,), jnp.float32)
+    o0 = jnp.zeros((gp, d), jnp.float32)
+
+    def compute():
+        q = q_ref[...]
+        slots = jnp.arange(block, dtype=jnp.int32)
+
+        def body(i, carry):
+            o, m, lsum = carry
+            cols = pl.ds(pl.multiple_of(i * block, block), block)
+            k = k_ref[:, cols]  # [D, block]: the cache's own key layout, no transpose
+            s = plgpu.dot(q, k) * scale  # [Gp, block], float32 accumulation
+            at = base + i * block + slots
+            live = (at >= lo) & (at < hi)
+            s = jnp.where(live[None, :], s, _MASKED)
+            m_new = jnp.maximum(m, s.max(axis=-1))
+            fix = jnp.exp(m - m_new)
+            p = jnp.exp(s - m_new[:, None])
+            v = jnp.where(live[:, None], v_ref[cols, :], 0)  # [block, D]: a slot outside the run adds exactly 0
+            o = o * fix[:, None] + plgpu.dot(p.astype(v.dtype), v)
+            return o, m_new, lsum * fix + p.sum(axis=-1)
+
+        first = (lo - base) // block
+        last = (hi - base + block - 1) // block
+        return jax.lax.fori_loop(first, last, body, (o0, m0, l0))
+
+    o, m, lsum = jax.lax.cond(lo < hi, compute, lambda: (o0, m0, l0))
+    o_ref[...] = o
+    l_ref[...] = lsum
+    m_ref[...] = m
