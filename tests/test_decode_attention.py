@@ -47,31 +47,37 @@ def _parts(rng, dtype, slots: int, width: int):
     return q, [(cache_k, cache_v, jnp.asarray(valid)), (chunk_k, chunk_v, jnp.asarray(own))], d
 
 
-@pytest.mark.parametrize("slots,width", [(96, 32), (1024, 8)])  # 3 splits of 32; 16 of 64 with an XLA-path chunk
-def test_the_kernel_reads_live_slots_and_equals_the_xla_path(slots, width):
+# GPU kernel: 3 splits of 32; 16 of 64 with an XLA-path chunk. TPU kernel (Mosaic, in TPU interpret mode here): 8
+# blocks of 128 with an XLA-path chunk; 2 blocks beside a 128-slot chunk it also runs.
+CASES = [("gpu", 96, 32), ("gpu", 1024, 8), ("tpu", 1024, 8), ("tpu", 256, 128)]
+
+
+@pytest.mark.parametrize("backend,slots,width", CASES)
+def test_the_kernel_reads_live_slots_and_equals_the_xla_path(backend, slots, width):
     rng = np.random.default_rng(slots)
     q, parts, d = _parts(rng, jnp.float32, slots, width)
     want = reference(q, parts, d)
     xla = np.asarray(jax.jit(lambda q, p: da.attend(q, p, d, "xla"))(q, parts))
-    kernel = np.asarray(jax.jit(lambda q, p: da.attend(q, p, d, "pallas"))(q, parts))
+    kernel = np.asarray(jax.jit(lambda q, p: da.attend(q, p, d, "pallas", backend=backend))(q, parts))
     np.testing.assert_allclose(xla, want, atol=2e-6)
     np.testing.assert_allclose(kernel, want, atol=2e-6)
     # bfloat16 caches: both within bfloat16 rounding of the float64 softmax of the same (rounded) inputs
     q16, parts16, _ = _parts(rng, jnp.bfloat16, slots, width)
     want16 = reference(q16, parts16, d)
     for impl in ("xla", "pallas"):
-        got = np.asarray(jax.jit(lambda q, p, impl=impl: da.attend(q, p, d, impl))(q16, parts16), np.float64)
-        np.testing.assert_allclose(got, want16, atol=3e-2, err_msg=impl)
+        attend = jax.jit(lambda q, p, impl=impl: da.attend(q, p, d, impl, backend=backend))
+        np.testing.assert_allclose(np.asarray(attend(q16, parts16), np.float64), want16, atol=3e-2, err_msg=impl)
 
 
-def test_slots_outside_a_rows_run_never_reach_its_output():
+@pytest.mark.parametrize("backend", ["gpu", "tpu"])
+def test_slots_outside_a_rows_run_never_reach_its_output(backend):
     """NaN in every slot a row does not attend (left padding, unwritten columns; blocks at a run's edges hold
     some) leaves the kernel's output equal to attending the valid slots alone."""
     rng = np.random.default_rng(7)
     q, parts, d = _parts(rng, jnp.float32, 256, 32)
     (ck, cv, valid), chunk = parts
     poisoned = (jnp.where(valid[:, None, None, :], ck, jnp.nan), jnp.where(valid[:, None, :, None], cv, jnp.nan), valid)
-    got = np.asarray(jax.jit(lambda q, p: da.attend(q, p, d, "pallas"))(q, [poisoned, chunk]))
+    got = np.asarray(jax.jit(lambda q, p: da.attend(q, p, d, "pallas", backend=backend))(q, [poisoned, chunk]))
     np.testing.assert_allclose(got, reference(q, parts, d), atol=2e-6)
 
 
@@ -82,6 +88,7 @@ def test_every_cache_bucket_of_a_long_context_splits_into_kernel_blocks():
         splits, block = da.blocking(slots)
         assert block in (16, 32, 64) and slots % (splits * block) == 0 and 1 <= splits <= da.MAX_SPLITS, slots
     assert da.blocking(8) is None and da.blocking(24) is None  # the XLA path takes these parts
+    assert da.tpu_blocking(1024) == 128 and da.tpu_blocking(96) is None  # on TPU, lane-wide blocks only
     start, end = (np.asarray(x).tolist() for x in da.run_of(jnp.asarray([[False, True, True, False], [False] * 4])))
     assert (start, end) == ([1, 0], [3, 0])
 
@@ -92,7 +99,7 @@ def test_the_choices_are_one_list_and_a_bad_name_is_refused():
     from spade_jax.sampling import Sampler
 
     assert DECODE_ATTENTION == da.IMPLS
-    assert da.resolve("auto") == ("pallas" if jax.default_backend() == "gpu" else "xla")
+    assert da.resolve("auto") == ("pallas" if jax.default_backend() in ("gpu", "tpu") else "xla")
     with pytest.raises(ValueError, match="expected one of xla, pallas, auto"):
         da.check("flash")
     with pytest.raises(ConfigError, match="decode_attention='flash'"):

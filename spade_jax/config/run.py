@@ -127,7 +127,7 @@ class RunConfig:
     mesh: str = ""  # e.g. "data=2,fsdp=4,tensor=1"; empty: all devices on fsdp
     max_total_len: int = 4096  # sampler context (prompt + completion)
     decode_slots: int = 64  # rows the sampler decodes together at most (its continuous-batching slots)
-    decode_attention: str = "xla"  # xla | pallas (each row's live KV slots only) | auto (pallas on GPU)
+    decode_attention: str = "xla"  # xla | pallas (each row's live KV slots only) | auto (pallas on GPU and TPU)
     num_workers: int = 4  # sandboxed environment workers on this host
     sessions_per_worker: int = 8  # episodes one worker serves at once (each in its own process and uid)
     sandbox: str = "auto"  # auto | gvisor | bwrap | process

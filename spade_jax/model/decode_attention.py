@@ -18,12 +18,13 @@ are, so the model's call signature does not change):
   as [S, D]; on XLA:CPU that layout made the score dot ~5x slower, so the cache keeps [D, S]). On GPU it
   lowers to Triton; on any other backend it runs in Pallas interpret mode (what the CPU tests run: slow, exact).
   A part whose slot count does not split into blocks of 16 or more goes through the XLA path, merged the same.
-- "auto": "pallas" on GPU, "xla" elsewhere.
-
-TPU: JAX's TPU kernels (`ops.tpu.paged_attention`, `ragged_paged_attention`) attend [0, length) of per-row page
-tables; this cache is one contiguous array per layer whose rows are left-padded and share one write column, so
-they do not fit without a paged cache in the engine (a change of engine.py's column model, its own issue).
-TPU decodes with the XLA path.
+  On TPU a Mosaic kernel of the same recurrence (`_tpu_stats`): one program per (row, KV head) steps through
+  the blocks of 128 slots, its block index maps clamped to the row's live blocks (the row's start and end
+  prefetched as scalars), so steps outside the run fetch nothing and compute nothing; a part whose slots are
+  not a multiple of 128 takes the XLA path. JAX's own TPU kernels (`ops.tpu.paged_attention`,
+  `ragged_paged_attention`) attend [0, length) of per-row page tables, which this cache (one array per layer,
+  rows left-padded, one write column) does not have.
+- "auto": "pallas" on GPU and TPU, "xla" elsewhere.
 
 Failure: an unknown implementation name raises ValueError naming the choices, at trace time.
 """
@@ -61,9 +62,9 @@ def check(impl: str) -> str:
 
 
 def resolve(impl: str) -> str:
-    """The implementation `impl` stands for on this backend ("auto" -> "pallas" on GPU, else "xla")."""
+    """The implementation `impl` stands for on this backend ("auto" -> "pallas" on GPU and TPU, else "xla")."""
     if check(impl) == "auto":
-        return "pallas" if jax.default_backend() == "gpu" else "xla"
+        return "pallas" if jax.default_backend() in ("gpu", "tpu") else "xla"
     return impl
 
 
@@ -82,13 +83,16 @@ def current() -> str:
     return _impl.get()
 
 
-def attend(q: jax.Array, parts: list[Part], head_dim: int, impl: str | None = None) -> jax.Array:
-    """q [B, K, G, D] over one softmax spanning every part (module doc) -> [B, K, G, D] in q's dtype."""
+def attend(q: jax.Array, parts: list[Part], head_dim: int, impl: str | None = None, *,
+           backend: str | None = None) -> jax.Array:  # fmt: skip
+    """q [B, K, G, D] over one softmax spanning every part (module doc) -> [B, K, G, D] in q's dtype. `backend`
+    picks the kernel ("tpu": the Mosaic one, anything else the Triton one; default: JAX's backend); a kernel
+    for another backend than JAX's runs in interpret mode (the tests)."""
     impl = resolve(impl) if impl is not None else current()
     if impl == "xla":
         return kvc.attend_one(q, parts, head_dim)
     scale = head_dim**-0.5
-    stats = [_part_stats(q, part, scale) for part in parts]
+    stats = [_part_stats(q, part, scale, backend or jax.default_backend()) for part in parts]
     m = functools.reduce(jnp.maximum, [s[2] for s in stats])  # [B, K, G]
     out = sum(o * jnp.exp(pm - m)[..., None] for o, _, pm in stats)
     total = sum(lsum * jnp.exp(pm - m) for _, lsum, pm in stats)
@@ -111,11 +115,17 @@ def blocking(slots: int) -> tuple[int, int] | None:
     return max(n for n in range(1, min(MAX_SPLITS, blocks) + 1) if blocks % n == 0), block
 
 
-def _part_stats(q: jax.Array, part: Part, scale: float) -> tuple[jax.Array, jax.Array, jax.Array]:
+def _part_stats(q: jax.Array, part: Part, scale: float, backend: str) -> tuple[jax.Array, jax.Array, jax.Array]:
     """Unnormalised (output [B, K, G, D], weight sum [B, K, G], running max [B, K, G]) of q over one part,
-    float32: the kernel over its live slots, or the XLA path when its slots do not block."""
+    float32: the backend's kernel over its live slots, or the XLA path when its slots do not block."""
     keys, values, valid = part
-    shape = blocking(keys.shape[-1])
+    if backend == "tpu":
+        block = tpu_blocking(keys.shape[-1])
+        if block is not None:
+            start, end = run_of(valid)
+            interpret = jax.default_backend() != "tpu"
+            return _tpu_stats(q, keys, values, start, end, scale, block, interpret=interpret)
+    shape = blocking(keys.shape[-1]) if backend != "tpu" else None
     if shape is None:
         scores = jnp.einsum("bkgd,bkds->bkgs", q.astype(keys.dtype), keys, preferred_element_type=jnp.float32)
         scores = jnp.where(valid[:, None, None, :], scores * scale, _MASKED)
@@ -218,3 +228,90 @@ def _kernel(start_ref, end_ref, q_ref, k_ref, v_ref, o_ref, l_ref, m_ref, *, sca
     o_ref[...] = o
     l_ref[...] = lsum
     m_ref[...] = m
+
+
+# --------------------------------------------------------------------------------------------------------- TPU
+TPU_BLOCK = 128  # slots per kernel step on TPU: the lane width (keys are [D, block] tiles, values [block, D])
+_LANES = 128  # the running max and sum are kept broadcast over one lane tile, as TPU flash kernels keep them
+
+
+def tpu_blocking(slots: int) -> int | None:
+    """The TPU kernel's block for a part of `slots` slots (None: not a multiple of the lane width)."""
+    return TPU_BLOCK if slots % TPU_BLOCK == 0 else None
+
+
+def _tpu_stats(q, keys, values, start, end, scale: float, block: int, interpret: bool = False):
+    """The TPU kernel: float32 (out, sum, max) as `_part_stats`. One program per (row, KV head) walks the blocks
+    of the cache in order; the block index maps clamp every step to the row's live blocks, so a step outside the
+    run names the block already in VMEM and Mosaic fetches nothing for it (per-row start and end are prefetched
+    as scalars), and its compute is skipped. interpret: Pallas TPU interpret mode (what the CPU tests run)."""
+    from jax.experimental.pallas import tpu as pltpu
+
+    b, kh, g, d = q.shape
+    nblk = keys.shape[-1] // block
+    gp = -(-g // 8) * 8  # query heads padded to the sublane count
+    qp = jnp.pad(q.astype(keys.dtype), ((0, 0), (0, 0), (0, gp - g), (0, 0)))
+
+    def live_block(i, j, st, en):  # step j's block for row i: j clamped to the row's live blocks
+        lo = st[i] // block
+        return jnp.clip(j, lo, jnp.maximum((en[i] - 1) // block, lo))
+
+    rows = lambda i, h, j, st, en: (i, h, 0, 0)  # noqa: E731
+    grid_spec = pltpu.PrefetchScalarGridSpec(
+        num_scalar_prefetch=2,
+        grid=(b, kh, nblk),
+        in_specs=[
+            pl.BlockSpec((None, None, gp, d), rows),
+            pl.BlockSpec((None, None, d, block), lambda i, h, j, st, en: (i, h, 0, live_block(i, j, st, en))),
+            pl.BlockSpec((None, None, block, d), lambda i, h, j, st, en: (i, h, live_block(i, j, st, en), 0)),
+        ],
+        out_specs=[pl.BlockSpec((None, None, gp, w), rows) for w in (d, _LANES, _LANES)],
+        scratch_shapes=[pltpu.VMEM(shape, jnp.float32) for shape in ((gp, _LANES), (gp, _LANES), (gp, d))],
+    )
+    o, lsum, m = pl.pallas_call(
+        functools.partial(_tpu_kernel, scale=scale, block=block, nblk=nblk),
+        grid_spec=grid_spec,
+        out_shape=[jax.ShapeDtypeStruct((b, kh, gp, w), jnp.float32) for w in (d, _LANES, _LANES)],
+        compiler_params=pltpu.CompilerParams(dimension_semantics=("parallel", "parallel", "arbitrary")),
+        interpret=pltpu.InterpretParams() if interpret else False,
+        name="spade_decode_attention_tpu",
+    )(start, end, qp, keys, values)
+    return o[:, :, :g], lsum[:, :, :g, 0], m[:, :, :g, 0]
+
+
+def _tpu_kernel(st_ref, en_ref, q_ref, k_ref, v_ref, o_ref, l_ref, m_ref, m_sc, l_sc, acc, *, scale: float,
+                block: int, nblk: int):  # fmt: skip
+    """Step j of one (row, KV head): FlashAttention-2's recurrence over block j when it overlaps the row's run
+    [start, end); the results are written at the last step (a row with no live slot: max _MASKED, sum 0)."""
+    i, j = pl.program_id(0), pl.program_id(2)
+    st, en = st_ref[i], en_ref[i]
+
+    @pl.when(j == 0)
+    def _init():
+        m_sc[...] = jnp.full(m_sc.shape, _MASKED, jnp.float32)
+        l_sc[...] = jnp.zeros(l_sc.shape, jnp.float32)
+        acc[...] = jnp.zeros(acc.shape, jnp.float32)
+
+    @pl.when((st < en) & (j >= st // block) & (j <= (en - 1) // block))
+    def _step():
+        dims = (((1,), (0,)), ((), ()))
+        s = jax.lax.dot_general(q_ref[...], k_ref[...], dims, preferred_element_type=jnp.float32) * scale
+        at = j * block + jax.lax.broadcasted_iota(jnp.int32, s.shape, 1)
+        s = jnp.where((at >= st) & (at < en), s, _MASKED)  # [Gp, block]
+        m_prev = m_sc[...]
+        m_new = jnp.maximum(m_prev, s.max(axis=-1, keepdims=True))  # [Gp, lanes], every lane the same
+        p = jnp.exp(s - m_new[:, :1])
+        fix = jnp.exp(m_prev - m_new)
+        v = v_ref[...]
+        slot = j * block + jax.lax.broadcasted_iota(jnp.int32, v.shape, 0)
+        v = jnp.where((slot >= st) & (slot < en), v, 0)  # a slot outside the run adds exactly 0
+        pv = jax.lax.dot_general(p.astype(v.dtype), v, dims, preferred_element_type=jnp.float32)
+        l_sc[...] = l_sc[...] * fix + p.sum(axis=-1, keepdims=True)
+        acc[...] = acc[...] * fix[:, :1] + pv
+        m_sc[...] = m_new
+
+    @pl.when(j == nblk - 1)
+    def _out():
+        o_ref[...] = acc[...]
+        l_ref[...] = l_sc[...]
+        m_ref[...] = m_sc[...]

@@ -24,7 +24,8 @@ copy made on first use), the layout XLA's matrix-vector code streams fastest; th
 copied to [E, V] (`transpose_head`), the layout the GEMM library takes for larger batches.
 
 Decode attention (`decode_attention`, model/decode_attention.py): "xla" (every backend, every cache slot read),
-"pallas" (each row's live slots only: Triton on GPU, interpret mode elsewhere) or "auto" (pallas on GPU).
+"pallas" (each row's live slots only: Triton on GPU, Mosaic on TPU, interpret mode elsewhere) or "auto" (pallas on
+GPU and TPU).
 `kv_slot_reads` counts the live share of the slots decode steps attend.
 
 Computed state from the weights: shared prompt prefixes (prefixes.py: `min_shared_prefix`,
