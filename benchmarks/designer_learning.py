@@ -2,7 +2,7 @@
 the same run twice, as configured ("trained") and at learning rate 0 ("control"), with the agent frozen, then both
 final designers writing the same designs, each placed by the same agent.
 
-    python benchmarks/designer_learning.py --preset demo --rounds 12 --designs 8 --out runs/designer_learning
+    python benchmarks/designer_learning.py --preset demo --rounds 4 --designs 8 --out runs/designer_learning
                                            [--eval-designs 24] [--eval-plays 8] [--band 0.2,0.8]
                                            [--curriculum] [KEY=VALUE ...]
 
@@ -424,7 +424,7 @@ def plot(path: Path, fig: dict[str, Any]) -> Path:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--preset", default="demo")
-    ap.add_argument("--rounds", type=int, default=12, help="design rounds (one a step)")
+    ap.add_argument("--rounds", type=int, default=4, help="design rounds (one a step; 4 fit 2 hours on 2 cores)")
     ap.add_argument("--designs", type=int, default=8, help="designs a round")
     ap.add_argument("--out", required=True, help="output directory (start/, trained/, control/, eval/, ...)")
     ap.add_argument("--eval-designs", type=int, default=24, help="designs each final designer writes (0: none)")

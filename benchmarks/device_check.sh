@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# One prepared accelerator check (issue 19), under 8 minutes on one H200: decode tokens/s at batch 64 and 256 and
-# learner-step MFU for random-init Qwen3-1.7B and Qwen3-4B (real configs, bfloat16), by benchmarks/device_check.py.
+# One prepared accelerator check (issues 19, 46), under 8 minutes on one H100: decode tokens/s and HBM share at batch
+# 64 and 256 (random-init Qwen3-1.7B / 4B / 8B, real configs, bfloat16; Qwen3-1.7B with both decode attentions),
+# learner-step MFU and first-step compile seconds, and two self-play steps of SmolLM2-135M at the paper's batch
+# shape, by benchmarks/device_check.py.
 #
 # Runs on the machine's own jax/flax. If our model does not build under its flax, the flax we test with
 # (a wheel in .whl/, carried there) is installed into /tmp/site and used instead. Figures go to stdout and, when
