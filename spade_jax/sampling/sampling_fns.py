@@ -17,14 +17,16 @@ each block's maximum. The CANDIDATE_BLOCKS blocks with the largest maxima hold e
 threshold that lies above the largest excluded block maximum, so the bisections run on those few thousand
 candidates instead of the whole row. A row's candidate threshold is provably the full one when it lies above
 every excluded logit (or every excluded weight underflows to 0); top-p rows without top-k also need the
-candidates to reach their share of the whole row's weight. When any filtered row cannot be proved exact, the
-batch takes the full path (`lax.cond`: the same bisections over every token). Both paths give the same kept
-sets, tokens and log-probs; `pick(..., explain=True)` says which one ran (tests assert both run).
+candidates to reach their share of the whole row's weight, which is bounded from the candidates and the
+largest excluded logit (an exp pass over the row runs only when the bounds leave the threshold open). When
+any filtered row cannot be proved exact, the batch takes the full path (`lax.cond`: the same bisections over
+every token). Both paths give the same kept sets, tokens and log-probs; `pick(..., explain=True)` says which
+one ran (tests assert both run).
 
 The draw is an inverse-CDF lookup with one uniform per row in two levels (block masses, then a cumulative sum
 inside the chosen block): no sort and no [B, V] random draw per step. Greedy rows take the first index of the
 maximum from the block maxima. Left over [B, V] are one max pass and the raw log-sum-exp, plus one exp pass
-when some row has top-p without top-k or no filter at all.
+when some row has no filter at all, or top-p without top-k over a flat enough distribution.
 
 Failure: none by value (bad settings are refused by `SamplingParams` before they reach here); a row whose
 logits are all -inf has no token to draw and returns index 0 with log-prob NaN or -inf.
@@ -41,6 +43,7 @@ import jax.numpy as jnp
 BLOCK = 128  # tokens per vocabulary block: divides 151,936 (Qwen), 49,152 (SmolLM2) and 128,256 (Llama-3)
 CANDIDATE_BLOCKS = 32  # blocks searched before the full path: 4,096 candidate tokens
 UNDERFLOW_Z = -110.0  # exp(z) is exactly 0 in float32 below this (even without flushing denormals: -103.3)
+MASS_SLACK = 1e-5  # relative rounding allowed between two float32 sums of the same weights in different orders
 
 
 class Path(enum.IntEnum):
@@ -218,7 +221,6 @@ def pick(
     filtered = ~greedy_rows & ((top_k > 0) | (top_p < 1.0))
     unfiltered = ~greedy_rows & ~filtered
     neg_inf = jnp.full((b,), -jnp.inf, jnp.float32)
-    zeros = jnp.zeros((b,), jnp.float32)
 
     # Each branch gives the kept mass of every block [B, nb] and each row's threshold (-inf: the whole row); the
     # draw after them reads the chosen block's kept weights again from its logits (one block, any path).
@@ -241,10 +243,24 @@ def pick(
         wc = weight(cand)
         flat_c, flat_w = cand.reshape(b, -1), wc.reshape(b, -1)
         p_only = filtered & (top_k <= 0)
-        full_mass = jax.lax.cond(jnp.any(p_only), lambda: weight(lb).sum((1, 2)), lambda: zeros)
-        v_k, t = thresholds(flat_c, flat_w, top_k, top_p, full_mass)
+        excluded = top_vals[:, candidates]  # the largest logit outside the candidates
+        # Top-p rows without top-k need the whole row's weight. It lies between the candidates' weight and that
+        # plus every other token at the excluded maximum's weight (widened by MASS_SLACK for the rounding of a
+        # whole-row sum); when the threshold found with the upper bound has less than top_p of the lower bound
+        # above it, any mass in between gives the same threshold, and the whole-row exp pass is skipped.
+        cand_mass = flat_w.sum(-1)
+        rest = (lb.shape[1] * lb.shape[2] - flat_c.shape[1]) * weight(excluded)
+        lo, hi = cand_mass * (1 - MASS_SLACK), (cand_mass + rest) * (1 + MASS_SLACK)
+        v_k, t = thresholds(flat_c, flat_w, top_k, top_p, hi)
+        above = jnp.sum(jnp.where(flat_c > t[:, None], flat_w, 0.0), axis=-1)
+        bounded = jnp.all(~p_only | (above < top_p * lo))
+
+        def whole_row_mass() -> tuple[jax.Array, ...]:
+            full_mass = weight(lb).sum((1, 2))
+            return (full_mass, *thresholds(flat_c, flat_w, top_k, top_p, full_mass))
+
+        full_mass, v_k, t = jax.lax.cond(bounded | ~jnp.any(p_only), lambda: (hi, v_k, t), whole_row_mass)
         # exact: every excluded logit is below the threshold, or every excluded weight is exactly 0
-        excluded = top_vals[:, candidates]
         gone = (excluded - m) / temperature < UNDERFLOW_Z
         beyond = lambda v: (v > excluded) | gone
         ok_k = (top_k <= 0) | ((top_k <= flat_c.shape[1]) & beyond(v_k))
