@@ -19,9 +19,15 @@ rate (the round's own plays) lies in the band (of all designs, an invalid one co
 reward, the Vendi score of its valid designs, the agent's win rate, and the goal length the designer chose (the
 `GOAL` constant of a simon variant).
 
-At the end (--eval-designs N): an evaluation build holds the seed the runs started from and a few of its table
-variants across difficulty (envs/variants.py), each placed by the start agent (--eval-plays unhinted plays), so the
-prompts show measured parents as the runs' later rounds do. Each final designer (trained; control = the start)
+The parents stand still as the agent does: the archive starts with the seed's table variants spread over its
+difficulty (`memory.seed_difficulty=spread`, the easiest first), each placed by the start agent before the first
+prompt (`designer.place_parents`), and they are the only mutation parents (`designer.mutation_parents=seeds`), so
+every round's prompts, and the final evaluation's, show the same measured parents. (Measured at 3 rounds without
+this: mutations of mutations raised the goal length round by round in both runs, until the agent won none of the
+designs and every design of a round earned the same reward: GRPO advantages zero, nothing to learn from.)
+
+At the end (--eval-designs N): an evaluation build holds the same parents, placed by the start agent
+(--eval-plays unhinted plays). Each final designer (trained; control = the start)
 writes N mutation designs from the same targets with the same sampling seeds (the self-play state rolled back after
 each), every gate applied; each design is judged on its own against that archive (the gates' within-batch copy check
 is off, so that design i's verdict does not depend on designs 0..i-1 and the two runs' designs pair up; their
@@ -61,7 +67,8 @@ from learning import _interval, _load, _params, _runs, bootstrap_diff, bootstrap
 TARGET_IN_BAND_DIFF = 0.15
 EVAL_STEP = 30_000  # the final evaluation's step in the streams (designer seeds, reset seeds): same for both runs
 FAMILY = "simon_recall"  # the family whose goal length the curriculum figure reads
-PARENT_VARIANTS = 4  # table variants of the start seed added as evaluation parents, across difficulty
+PARENTS = 4  # the start seed's table variants (the easiest first) that are every round's mutation parents
+PARENT_PLAYS = 8  # unhinted plays that place each parent before the first round's prompts
 
 
 def experiment_overrides(designs: int, rounds: int, curriculum: bool) -> list[str]:
@@ -75,6 +82,14 @@ def experiment_overrides(designs: int, rounds: int, curriculum: bool) -> list[st
         "selfplay.skills_per_regen=1",
         "selfplay.fill_from_archive=false",
         "selfplay.memory.max_param_variants=1000",
+        # The parents stand still as the agent does: the start seed's table variants across its difficulty, each
+        # placed by the start agent before the first prompt, the only parents of every round and of the final
+        # evaluation (mutations of mutations drifted to games no one wins, which pay every design the same).
+        "selfplay.memory.seed_difficulty=spread",
+        f"selfplay.memory.seed_spread={PARENTS}",
+        "selfplay.designer.mutation_share=1.0",
+        "selfplay.designer.mutation_parents=seeds",
+        f"selfplay.designer.place_parents={PARENT_PLAYS}",
         f"selfplay.train_agent={str(curriculum).lower()}",
     ]
 
@@ -134,24 +149,6 @@ def _finals(attempts: list[Any]) -> list[Any]:
 
 
 # -------------------------------------------------------------------------------------------- final evaluation
-def eval_parents(seed_code: str) -> list[tuple[str, str]]:
-    """(name, source) of the evaluation's extra parents: PARENT_VARIANTS table variants of FAMILY spread across its
-    difficulty range, written from the code the runs started from (their archived seed); none for other seeds."""
-    from spade_jax.envs.variants import PARAMS, make_variants, seed_params
-
-    try:
-        seed_params(seed_code, FAMILY)
-    except (KeyError, ValueError, SyntaxError):
-        return []
-    if FAMILY not in PARAMS:
-        return []
-    every = sorted(
-        make_variants(FAMILY, 10**6, direction="any", source=seed_code), key=lambda v: (v.difficulty, v.name)
-    )
-    picks = [every[round(i * (len(every) - 1) / max(PARENT_VARIANTS - 1, 1))] for i in range(PARENT_VARIANTS)]
-    return [(v.name, v.source) for v in dict.fromkeys(picks)]
-
-
 def place(parts: Any, sources: list[tuple[str, str, str]], plays: int) -> dict[str, float]:
     """Unhinted win rate of each (name, source, kind) over `plays` plays by the policy now in `parts`; reset seeds
     from the name, so the same name gets the same seeds in every call."""
@@ -165,18 +162,10 @@ def place(parts: Any, sources: list[tuple[str, str, str]], plays: int) -> dict[s
 
 
 def prepare_eval_archive(parts: Any, plays: int) -> list[dict[str, Any]]:
-    """Adds the evaluation parents to the evaluation build's archive and places them (and the seeds) with the
-    policy now in `parts` (the start); returns them with their win rates."""
-    sp = parts.selfplay
-    mem = sp.memory
-    seeds = mem.archive()
-    extra = []
-    for seed in seeds:
-        for name, source in eval_parents(seed.code):
-            rec = mem.record_attempt(source, kind=seed.kind, skill=seed.skill, step=-1, valid=True, name=name,
-                                     gate="eval parent")  # fmt: skip
-            extra.append(rec)
-    parents = seeds + extra
+    """Places the evaluation build's parents (its archived seeds: the runs' parents) with the policy now in
+    `parts` (the start); returns them with their win rates."""
+    mem = parts.selfplay.memory
+    parents = mem.archive()
     rates = place(parts, [(f"parent-{r.id}", r.code, r.kind) for r in parents], plays)
     out = []
     for r in parents:

@@ -1,5 +1,5 @@
 """benchmarks/designer_learning.py: its figures on records with known answers (rounds read from a real Memory, the
-final designers' paired shares, the targets, the evaluation parents, the curriculum's correlation), and the paired
+final designers' paired shares, the targets, the parents that stand still, the curriculum's correlation), and the paired
 experiment end to end on the tiny preset: two runs of two design rounds with the agent frozen (its plays played and
 scored, none trained), then both final designers writing from the same prompts, placed by one agent.
 """
@@ -13,8 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from spade_jax.envs.seeds import load_seed_source
-from spade_jax.envs.variants import extremes, make_variants, seed_params
+from spade_jax.envs.variants import extremes, make_variants
 from spade_jax.selfplay.memory import Memory
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -98,14 +97,20 @@ def test_a_lower_valid_rate_fails_its_target() -> None:
     assert t["valid_not_lower"]["passed"] is False and t["valid_not_lower"]["hi"] == -1.0
 
 
-def test_evaluation_parents_span_the_family_from_the_runs_seed() -> None:
-    easiest = extremes("simon_recall")[0].source
-    parents = bench.eval_parents(easiest)
-    assert len(parents) == bench.PARENT_VARIANTS and len({s for _, s in parents}) == len(parents)
-    goals = [seed_params(s, "simon_recall")["GOAL"] for _, s in parents]
-    assert goals == sorted(goals) and goals[-1] == 11, "easiest first, up to the hardest"
-    assert all(s != easiest for _, s in parents)
-    assert bench.eval_parents(load_seed_source("nim_duel")) == [], "only the family the figure reads"
+def test_the_parents_stand_still_across_the_family() -> None:
+    """The experiment's settings: the start seed's table spread over its difficulty as the only parents, each placed
+    before the first prompt; the user's own KEY=VALUE come after them and win."""
+    from spade_jax.config.run import load_run_config
+
+    overrides = bench.experiment_overrides(8, 3, curriculum=False)
+    cfg = load_run_config("demo", overrides)
+    assert cfg.selfplay.memory.seed_difficulty == "spread" and cfg.selfplay.memory.seed_spread == bench.PARENTS
+    assert cfg.selfplay.designer.mutation_parents == "seeds" and cfg.selfplay.designer.place_parents > 0
+    assert cfg.selfplay.envs_per_step == 8 and cfg.loop.steps == 3 and not cfg.selfplay.train_agent
+    mem = Memory(config=cfg.selfplay.memory)
+    assert mem.seed_from_library() == bench.PARENTS
+    goals = [bench.knob(r.code, "GOAL") for r in sorted(mem.archive(), key=lambda r: r.created)]
+    assert goals[0] == extremes("simon_recall")[0].params["GOAL"] and goals[-1] == 11 and goals == sorted(goals)
 
 
 def test_curriculum_figures_follow_goal_and_win_rate() -> None:
@@ -137,9 +142,16 @@ def test_designer_learning_end_to_end_tiny(tmp_path: Path, monkeypatch) -> None:
         assert all("health/vendi_archive" in r and "health/step_learnable_frac" in r for r in played)
     runs = fig["runs"]
     assert runs["control"]["param_max_abs_change"] == 0.0
-    # the evaluation parents: the run's seed and its table variants, each placed by the start agent
-    assert len(fig["eval"]["parents"]) == 1 + bench.PARENT_VARIANTS
+    # the parents: the run's seed spread over its table, each placed by the start agent, in both runs and the eval
+    assert len(fig["eval"]["parents"]) == bench.PARENTS
     assert all(0.0 <= p["win_rate"] <= 1.0 for p in fig["eval"]["parents"])
+    for run in ("trained", "control"):
+        mem = Memory(out / run / "memory.sqlite")
+        seeds = [r for r in mem.archive() if r.origin == "seed"]
+        mutated = {r.mutation_of for r in mem.attempts() if r.origin == "mutation"}
+        mem.close()
+        assert len(seeds) == bench.PARENTS and all(r.plays >= bench.PARENT_PLAYS for r in seeds)
+        assert mutated and mutated <= {r.id for r in seeds}, "every mutation shows one of the seeds"
     designs = {run: runs[run]["designs"] for run in ("trained", "control")}
     assert [d["prompt"] for d in designs["trained"]] == [d["prompt"] for d in designs["control"]]
     assert all((d["valid"] == 1.0) == (d["gate"] == "") for r in designs.values() for d in r)

@@ -136,6 +136,42 @@ def test_seed_names_and_easiest_seeds():
         MemoryConfig(seed_difficulty="hardest")
 
 
+def test_spread_seeds_span_the_table_and_only_seeds_are_parents_under_the_seeds_rule():
+    """`seed_difficulty="spread"`: the easiest variant as the seed, then variants up to the table's hardest (read
+    from the table itself: every knob at its last value, constraints allowing); `mutation_parents="seeds"` keeps
+    those, whatever the designs archived beside them."""
+    import ast
+
+    import pytest
+
+    from spade_jax.envs.variants import PARAMS
+
+    def knobs(code: str) -> dict[str, int]:  # the table's constants, at module or class level
+        tree = ast.parse(code)
+        body = tree.body + [n for c in tree.body if isinstance(c, ast.ClassDef) for n in c.body]
+        return {t.id: n.value.value for n in body if isinstance(n, ast.Assign)
+                for t in n.targets if isinstance(t, ast.Name) and t.id in PARAMS["simon_recall"]}  # fmt: skip
+
+    mem = Memory(config=MemoryConfig(seed_names=("simon_recall",), seed_difficulty="spread", seed_spread=4))
+    assert mem.seed_from_library() == 4 and mem.seed_from_library() == 0, "once"
+    simon = sorted(mem.archive(), key=lambda r: r.created)
+    table = PARAMS["simon_recall"]
+    first, last = knobs(simon[0].code), knobs(simon[-1].code)
+    assert simon[0].id == "seed-simon_recall" and first == {k: v[0] for k, v in table.items()}, "the easiest"
+    assert last["GOAL"] == table["GOAL"][-1] and last["LIVES"] == table["LIVES"][-1], "the hardest"
+    goals = [knobs(r.code)["GOAL"] for r in simon]
+    assert goals == sorted(goals) and len({r.code for r in simon}) == 4 and all(r.origin == "seed" for r in simon)
+    design = mem.record_attempt("x = 1\n", kind=simon[0].kind, skill=simon[0].skill, step=0, valid=True)
+    mem.update_stats(design.id, win_rate_no_hint=0.5, regret=0.9, plays=8)
+    assert mem.mutation_parents(simon[0].kind, simon[0].skill)[0].id == design.id, "the default rule takes it"
+    seeds_only = mem.mutation_parents(simon[0].kind, simon[0].skill, "seeds")
+    assert design.id not in {r.id for r in seeds_only} and {r.id for r in simon} <= {r.id for r in seeds_only}
+    one = Memory(config=MemoryConfig(seed_names=("simon_recall",), seed_difficulty="spread", seed_spread=1))
+    assert one.seed_from_library() == 1 and knobs(one.archive()[0].code) == first
+    with pytest.raises(ValueError, match="seed_spread"):
+        MemoryConfig(seed_spread=0)
+
+
 def test_snapshot_rolls_back_later_rows_and_stats():
     mem = Memory(config=MemoryConfig(capacity=3, seed=5))
     first = [_add(mem, i, 0.5, 0.1 * i, step=i) for i in range(3)]

@@ -89,6 +89,9 @@ def test_config_is_validated():
                 dict(mutation_share=0.5, use_memory=False)):  # fmt: skip
         with pytest.raises(ValueError, match="mutation"):
             DesignerConfig(**bad)
+    assert DesignerConfig(mutation_parents="seeds", place_parents=8).place_parents == 8
+    with pytest.raises(ValueError, match="place_parents"):
+        DesignerConfig(place_parents=-1)
 
 
 def test_prompt_shows_the_parent_and_the_direction_its_win_rate_calls_for(tokenizer):
@@ -265,3 +268,29 @@ def test_a_mutation_of_a_paper_format_parent_keeps_its_format():
     assert "End the class name in Env." in text and "Set KIND" not in text
     ours = EnvRecord(id="p", code=load_seed_source("nim_duel"), kind="game", skill="logical deduction")
     assert 'Set KIND = "game"' in mutation_messages(ours, target, (0.4, 0.6))[-1]["content"]
+
+
+@pytest.mark.parametrize("plays", [0, 2])
+def test_unmeasured_seed_parents_are_placed_before_the_prompts(pool, tokenizer, plays):
+    """`designer.place_parents`: the seed a mutation shows is played unhinted that many times before the round's
+    prompts are written, and its prompt states the measured win rate; it is played once, not every round. With 0
+    the prompt says it was never played."""
+    cfg = _config(mutation_share=1.0, mutation_parents="seeds", place_parents=plays)
+    cfg.memory = MemoryConfig(seed_names=("number_target",), n_positive=0, n_negative=0)
+    sp = SelfPlay(cfg, sampler=Replay(tokenizer, [BROKEN] * 4), tokenizer=tokenizer, pool=pool,
+                  agent_policy=ScriptedPolicy(lambda req: "\\boxed{50}"))  # fmt: skip
+    try:
+        sp.design(0, 2)
+        seed = sp.memory.get("seed-number_target")
+        prompts = sp.designer.sampler.prompts
+        assert len(prompts) == 2 and all("Below is an environment" in p for p in prompts)
+        if not plays:
+            assert not seed.measured and all("not yet played by the current agent" in p for p in prompts)
+            return
+        assert seed.measured and seed.plays == plays and 0.0 <= seed.win_rate_no_hint <= 1.0
+        assert all(f"wins {seed.win_rate_no_hint:.0%} of its episodes" in p for p in prompts)
+        sp.design(1, 2)
+        assert sp.memory.get("seed-number_target").plays == plays, "placed once"
+        assert not [r for r in sp.memory.attempts() if r.origin not in ("seed", "mutation")], "nothing else archived"
+    finally:
+        sp.close()

@@ -148,6 +148,7 @@ RANGES: dict[str, dict[str, Range]] = {
         "max_invalid_rows": OPTIONAL,
         "seed": at_least(0, "none: the run's memory stream", none_ok=True),
         "max_param_variants": OPTIONAL,
+        "seed_spread": COUNT,
     },
     "DesignerConfig": {
         "max_new_tokens": COUNT,
@@ -159,6 +160,7 @@ RANGES: dict[str, dict[str, Range]] = {
         "context_len": COUNT,
         "min_doc_tokens": OPTIONAL,
         "mutation_share": fraction(),
+        "place_parents": OPTIONAL,
     },
     "HintConfig": {
         "temperature": TEMPERATURE,

@@ -78,8 +78,11 @@ class MemoryConfig:
     seed_from_library: bool = True
     seed_names: tuple[str, ...] = ()  # the library seeds archived at a run's start (empty: all of them)
     # "easiest": each seed enters the archive as its easiest variant (envs.variants.extremes, every gate passed):
-    # the easy end of a curriculum, for an agent too small to win the default games; "default": as written.
+    # the easy end of a curriculum, for an agent too small to win the default games; "default": as written;
+    # "spread": the easiest variant and `seed_spread - 1` more evenly spaced over the table up to the hardest,
+    # each its own archive entry (envs.variants.spread): parents across difficulty for mutation designs.
     seed_difficulty: str = "default"
+    seed_spread: int = 4
     max_invalid_rows: int = 5000
     seed: int | None = None  # None: the run's "memory" stream (spade_jax/streams.py)
     # Novelty: a copy with other difficulty constants is archived as a parameter variant while its family holds at
@@ -100,15 +103,17 @@ class MemoryConfig:
             raise ValueError(f"memory.max_param_variants={self.max_param_variants}; expected >= 0")
         if self.seed_difficulty not in SEED_DIFFICULTIES:
             raise ValueError(f"memory.seed_difficulty={self.seed_difficulty!r}; expected one of {SEED_DIFFICULTIES}")
+        if self.seed_spread < 1:
+            raise ValueError(f"memory.seed_spread={self.seed_spread}; expected >= 1")
         if self.seed_names:
             from spade_jax.envs.seeds import check_seed_names
 
             check_seed_names(self.seed_names, "memory.seed_names")
 
 
-SEED_DIFFICULTIES = ("default", "easiest")  # MemoryConfig.seed_difficulty
+SEED_DIFFICULTIES = ("default", "easiest", "spread")  # MemoryConfig.seed_difficulty
 ON_INVALID = ("resample", "repair")
-MUTATION_PARENTS = ("band_then_regret", "band", "regret")  # DesignerConfig.mutation_parents
+MUTATION_PARENTS = ("band_then_regret", "band", "regret", "seeds")  # DesignerConfig.mutation_parents
 CONTRACTS = ("full", "short", "gym", "interactive")  # DesignerConfig.contract (spade_jax.envs.contract.CONTRACTS)
 DESIGNER_PROMPTS = ("ours", "reference")  # DesignerConfig.prompt
 
@@ -129,8 +134,11 @@ class DesignerConfig:
     gates apply as to any design (novelty against the archive, the parent included). `mutation_parents`:
     "band_then_regret" = entries in the band first, ranked by regret, then any measured entry by regret, then
     unmeasured ones (seeds at a run's start: the prompt asks for a variant); "band" = in-band entries only;
-    "regret" = any measured entry by regret, then unmeasured ones. No eligible parent, or a parent
-    whose prompt does not fit the context: a from-scratch design.
+    "regret" = any measured entry by regret, then unmeasured ones; "seeds" = the archive's seeds alone, ranked as
+    "band_then_regret" (the parents stand still while the designer learns: benchmarks/designer_learning.py). No
+    eligible parent, or a parent whose prompt does not fit the context: a from-scratch design. `place_parents`
+    > 0: before a round's prompts are written, every unmeasured seed among the parents is played that many times,
+    unhinted (nothing archived, scored or trained but its win rate), so its prompt shows a measured win rate.
     """
 
     max_new_tokens: int = 16384
@@ -148,6 +156,7 @@ class DesignerConfig:
     train_on_repairs: bool = True
     mutation_share: float = 0.0
     mutation_parents: str = "band_then_regret"
+    place_parents: int = 0
     # The contract text in the prompt: our base classes in "full" or "short" (< 700 tokens, small models), or
     # "gym": the paper's plain reset()/step() classes (spade_jax.envs.formats). The gates take either from any.
     contract: str = "full"
@@ -167,6 +176,8 @@ class DesignerConfig:
             raise ValueError(f"designer.difficulty={self.difficulty!r}; expected easy, medium or hard")
         if not 0.0 <= self.mutation_share <= 1.0:
             raise ValueError(f"designer.mutation_share={self.mutation_share}; expected a fraction in [0, 1]")
+        if self.place_parents < 0:
+            raise ValueError(f"designer.place_parents={self.place_parents}; expected >= 0")
         if self.mutation_parents not in MUTATION_PARENTS:
             raise ValueError(f"designer.mutation_parents={self.mutation_parents!r}; expected one of {MUTATION_PARENTS}")
         if self.mutation_share > 0 and not self.use_memory:

@@ -24,7 +24,7 @@ import itertools
 import random
 from dataclasses import dataclass, field
 
-__all__ = ["DIRECTIONS", "PARAMS", "Variant", "difficulty", "make_variants", "seed_params", "variant_source"]
+__all__ = ["DIRECTIONS", "PARAMS", "Variant", "difficulty", "make_variants", "seed_params", "spread", "variant_source"]
 
 DIRECTIONS = ("any", "easier", "harder")
 
@@ -181,6 +181,16 @@ def make_variants(
         Variant(seed, _name(seed, p, base), p, difficulty(seed, p), variant_source(source, p, _name(seed, p, base)))
         for p in combos[: max(n, 0)]
     ]
+
+
+def spread(seed: str, n: int, source: str | None = None) -> list[Variant]:
+    """Up to `n` distinct variants of `seed` evenly spaced over its whole table, easiest first and the hardest
+    last (ties in difficulty broken by name, so the same seed always gives the same list)."""
+    every = sorted(make_variants(seed, 10**6, direction="any", source=source), key=lambda v: (v.difficulty, v.name))
+    if n <= 0 or not every:
+        return []
+    picks = [every[round(i * (len(every) - 1) / max(n - 1, 1))] for i in range(n)]
+    return list(dict.fromkeys(picks))
 
 
 def extremes(seed: str, source: str | None = None) -> tuple[Variant, Variant]:

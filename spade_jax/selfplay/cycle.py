@@ -279,9 +279,28 @@ class SelfPlay:
 
     def design(self, step: int, n: int | None = None) -> list[DesignResult]:
         """Designs n environments (default envs_per_step); every attempt lands in the memory."""
+        self.place_parents(step)
         results = self.designer.design(self.targets(n or self.config.envs_per_step), step)
         self.state.design_rounds += 1
         return results
+
+    def place_parents(self, step: int) -> dict[str, float]:
+        """With `designer.place_parents` > 0 and mutation designs on: plays every unmeasured archived seed of the
+        run's kinds that many times, unhinted (`evaluate`'s reset seeds), and stores its win rate, so that a
+        mutation prompt showing it states a measured difficulty. Returns {id: win rate} of those placed."""
+        plays, cfg = self.config.designer.place_parents, self.config.designer
+        if plays <= 0 or cfg.mutation_share <= 0:
+            return {}
+        seeds = [r for r in self.memory.archive() if r.origin == "seed" and not r.measured
+                 and r.kind in self.config.kinds]  # fmt: skip
+        if not seeds:
+            return {}
+        won = self.evaluate([EnvSource(name=r.id, source=r.code, kind=r.kind, skill=r.skill) for r in seeds], step,
+                            plays)  # fmt: skip
+        rates = {r.id: sum(won[r.id]) / max(len(won[r.id]), 1) for r in seeds}
+        for rid, rate in rates.items():
+            self.memory.update_stats(rid, win_rate_no_hint=rate, regret=0.0, plays=plays)
+        return rates
 
     def from_archive(self, n: int, exclude: set[str] = frozenset()) -> list[PlayableEnv]:
         """n archived environments (in-band ones first, then any), for steps with too few valid designs."""

@@ -238,12 +238,16 @@ class Memory:
                 continue
             code = info.source
             reason = "hand-written seed"
-            if self.config.seed_difficulty == "easiest":
+            if self.config.seed_difficulty in ("easiest", "spread"):
                 code, reason = _easiest(info.name, code)
-            self.add(EnvRecord(id=rid, code=code, kind=info.kind, skill=info.skill, name=info.name,
-                               origin="seed", status="valid", verdict_valid=True, verdict_gate="seed",
-                               verdict_reason=reason, step=-1))  # fmt: skip
-            added += 1
+            entries = [(rid, info.name, code, reason)]
+            if self.config.seed_difficulty == "spread":
+                entries += _spread(info.name, info.source, self.config.seed_spread, code)
+            for eid, name, source, why in entries:
+                self.add(EnvRecord(id=eid, code=source, kind=info.kind, skill=info.skill, name=name,
+                                   origin="seed", status="valid", verdict_valid=True, verdict_gate="seed",
+                                   verdict_reason=why, step=-1))  # fmt: skip
+                added += 1
         return added
 
     def _evict(self) -> None:
@@ -334,8 +338,9 @@ class Memory:
         """Archived environments of `kind` eligible as mutation parents, best first: those of `skill` where there
         are any, else of the kind. `rule` (DesignerConfig.mutation_parents): "band_then_regret" = measured ones
         with a win rate in `positive_band` first, each group by regret (highest first), unmeasured ones last;
-        "band" = measured in-band only; "regret" = measured by regret, then unmeasured. Ties: most recent first."""
-        if rule not in ("band_then_regret", "band", "regret"):
+        "band" = measured in-band only; "regret" = measured by regret, then unmeasured; "seeds" = the seeds alone
+        (origin "seed"), ranked as "band_then_regret". Ties: most recent first."""
+        if rule not in ("band_then_regret", "band", "regret", "seeds"):
             raise ValueError(f"mutation parents: unknown rule {rule!r}")
         lo, hi = self.config.positive_band
 
@@ -344,9 +349,10 @@ class Memory:
 
         entries = [r for r in self.archive(kind) if r.measured or rule != "band"]
         entries = [r for r in entries if rule != "band" or in_band(r)]
+        entries = [r for r in entries if rule != "seeds" or r.origin == "seed"]
         if skill:
             entries = [r for r in entries if r.skill == skill] or entries
-        band_first = rule == "band_then_regret"
+        band_first = rule in ("band_then_regret", "seeds")
         return sorted(entries, key=lambda r: (not r.measured, band_first and not in_band(r), -(r.regret or 0.0),
                                               -r.step))  # fmt: skip
 
@@ -477,6 +483,17 @@ def rebuild(path: str | Path, rows: list[dict]) -> None:
     finally:
         db.close()
     tmp.replace(path)
+
+
+def _spread(name: str, code: str, n: int, easiest: str) -> list[tuple[str, str, str, str]]:
+    """(id, name, code, reason) of a seed's variants spread over its table after the easiest (`easiest`, archived
+    as the seed itself); none for a seed without a table."""
+    from spade_jax.envs.variants import PARAMS, spread
+
+    if name not in PARAMS:
+        return []
+    return [(f"seed-{v.name}", v.name, v.source, f"hand-written seed, variant {v.name} (difficulty {v.difficulty:.2f})")
+            for v in spread(name, n, code) if v.source != easiest]  # fmt: skip
 
 
 def _easiest(name: str, code: str) -> tuple[str, str]:
