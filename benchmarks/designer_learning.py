@@ -2,8 +2,8 @@
 the same run twice, as configured ("trained") and at learning rate 0 ("control"), with the agent frozen, then both
 final designers writing the same designs, each placed by the same agent.
 
-    python benchmarks/designer_learning.py --preset demo --rounds 4 --designs 8 --out runs/designer_learning learner.lr=3e-5
-                                           [--eval-designs 24] [--eval-plays 8] [--band 0.2,0.8]
+    python benchmarks/designer_learning.py --preset demo --rounds 4 --designs 8 --out runs/designer_learning
+                                           [--eval-designs 24] [--eval-plays 8] [--band 0.2,0.8] learner.lr=3e-5
                                            [--curriculum] [KEY=VALUE ...]
 
 What the two runs are: the preset (its warm start runs once, in DIR/start, and both runs continue from it) with a
