@@ -166,6 +166,8 @@ def test_spread_seeds_span_the_table_and_only_seeds_are_parents_under_the_seeds_
     assert mem.mutation_parents(simon[0].kind, simon[0].skill)[0].id == design.id, "the default rule takes it"
     seeds_only = mem.mutation_parents(simon[0].kind, simon[0].skill, "seeds")
     assert design.id not in {r.id for r in seeds_only} and {r.id for r in simon} <= {r.id for r in seeds_only}
+    as_written = Memory(config=MemoryConfig(seed_names=("number_target",), seed_difficulty="spread", seed_spread=4))
+    assert as_written.seed_from_library() == 4, "a seed written at its easiest: still the easiest and 3 more"
     one = Memory(config=MemoryConfig(seed_names=("simon_recall",), seed_difficulty="spread", seed_spread=1))
     assert one.seed_from_library() == 1 and knobs(one.archive()[0].code) == first
     with pytest.raises(ValueError, match="seed_spread"):

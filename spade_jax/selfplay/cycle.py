@@ -288,8 +288,8 @@ class SelfPlay:
         """With `designer.place_parents` > 0 and mutation designs on: plays every unmeasured archived seed of the
         run's kinds that many times, unhinted (`evaluate`'s reset seeds), and stores its win rate, so that a
         mutation prompt showing it states a measured difficulty. Returns {id: win rate} of those placed."""
-        plays, cfg = self.config.designer.place_parents, self.config.designer
-        if plays <= 0 or cfg.mutation_share <= 0:
+        plays = self.config.designer.place_parents
+        if plays <= 0 or self.config.designer.mutation_share <= 0:
             return {}
         seeds = [r for r in self.memory.archive() if r.origin == "seed" and not r.measured
                  and r.kind in self.config.kinds]  # fmt: skip
@@ -297,7 +297,7 @@ class SelfPlay:
             return {}
         won = self.evaluate([EnvSource(name=r.id, source=r.code, kind=r.kind, skill=r.skill) for r in seeds], step,
                             plays)  # fmt: skip
-        rates = {r.id: sum(won[r.id]) / max(len(won[r.id]), 1) for r in seeds}
+        rates = {r.id: sum(won[r.id]) / plays for r in seeds}
         for rid, rate in rates.items():
             self.memory.update_stats(rid, win_rate_no_hint=rate, regret=0.0, plays=plays)
         return rates

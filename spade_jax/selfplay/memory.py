@@ -30,7 +30,7 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 
 from spade_jax import streams
-from spade_jax.config.selfplay import MemoryConfig
+from spade_jax.config.selfplay import MUTATION_PARENTS, MemoryConfig
 from spade_jax.envs.text import valid_text
 from spade_jax.gates.novelty import NoveltyConfig, NoveltyIndex, NoveltyResult
 
@@ -340,7 +340,7 @@ class Memory:
         with a win rate in `positive_band` first, each group by regret (highest first), unmeasured ones last;
         "band" = measured in-band only; "regret" = measured by regret, then unmeasured; "seeds" = the seeds alone
         (origin "seed"), ranked as "band_then_regret". Ties: most recent first."""
-        if rule not in ("band_then_regret", "band", "regret", "seeds"):
+        if rule not in MUTATION_PARENTS:
             raise ValueError(f"mutation parents: unknown rule {rule!r}")
         lo, hi = self.config.positive_band
 
@@ -486,14 +486,16 @@ def rebuild(path: str | Path, rows: list[dict]) -> None:
 
 
 def _spread(name: str, code: str, n: int, easiest: str) -> list[tuple[str, str, str, str]]:
-    """(id, name, code, reason) of a seed's variants spread over its table after the easiest (`easiest`, archived
-    as the seed itself); none for a seed without a table."""
+    """(id, name, code, reason) of the n - 1 variants of a seed spread over its table after the easiest (`easiest`,
+    archived as the seed itself), the hardest last; none for a seed without a table. Where the seed as written is
+    its easiest, `spread` starts one step above it, so its first pick is the one left out."""
     from spade_jax.envs.variants import PARAMS, spread
 
-    if name not in PARAMS:
+    if name not in PARAMS or n <= 1:
         return []
+    rest = [v for v in spread(name, n, code) if v.source != easiest][-(n - 1) :]
     return [(f"seed-{v.name}", v.name, v.source, f"hand-written seed, variant {v.name} (difficulty {v.difficulty:.2f})")
-            for v in spread(name, n, code) if v.source != easiest]  # fmt: skip
+            for v in rest]  # fmt: skip
 
 
 def _easiest(name: str, code: str) -> tuple[str, str]:
