@@ -2,8 +2,9 @@
 the same run twice, as configured ("trained") and at learning rate 0 ("control"), with the agent frozen, then both
 final designers writing the same designs, each placed by the same agent.
 
-    python benchmarks/designer_learning.py --preset demo --rounds 4 --designs 8 --out runs/designer_learning
-                                           [--eval-designs 24] [--eval-plays 8] [--band 0.2,0.8] learner.lr=3e-5
+    python benchmarks/designer_learning.py --preset demo --rounds 3 --designs 8 --out runs/designer_learning
+                                           [--eval-designs 24] [--eval-plays 8] [--band 0.2,0.8] learner.lr=1e-4
+                                           warmstart.agent_episodes_per_seed=16 warmstart.epochs=3
                                            [--curriculum] [KEY=VALUE ...]
 
 What the two runs are: the preset (its warm start runs once, in DIR/start, and both runs continue from it) with a
@@ -25,6 +26,11 @@ prompt (`designer.place_parents`), and they are the only mutation parents (`desi
 every round's prompts, and the final evaluation's, show the same measured parents. (Measured at 3 rounds without
 this: mutations of mutations raised the goal length round by round in both runs, until the agent won none of the
 designs and every design of a round earned the same reward: GRPO advantages zero, nothing to learn from.)
+The start agent's frontier has to lie among the parents: after the demo's warm start (4 reference games, 2 passes)
+it won simon's easiest game (goal 5) 6% of 32 plays, below the band, so hardly a design could land in it;
+`make designer-learning` gives the warm start 16 games and 3 passes (62% at goal 5, 42% at goal 6, 24 plays each).
+Note that an episode's turn cap bounds the games: simon needs GOAL - START + 1 turns, so the demo's 5 turns
+cannot win a goal-9 game that starts at 4, whoever plays it.
 
 At the end (--eval-designs N): an evaluation build holds the same parents, placed by the start agent
 (--eval-plays unhinted plays). Each final designer (trained; control = the start)
