@@ -69,8 +69,8 @@ learning: install
 	$(PY) benchmarks/learning.py $(LEARNING_ARGS)
 
 # The designer alone learns (agent frozen) vs learning rate 0: designer_learning.json, .png, report.html (issue 48).
-# The start agent gets 16 reference games, 3 passes (the demo's 4, 2 win the easiest game ~6%, this ~60%), so that
-# the parents' frontier lies inside simon's table.
+# Its start agent learns 16 reference games in 3 passes (the demo's 4 games in 2 passes win simon's easiest game ~6%
+# of plays, these ~60%), so that the agent's frontier lies among the parents.
 designer-learning: install
 	$(PY) benchmarks/designer_learning.py $(DESIGNER_LEARNING_ARGS)
 
